@@ -1,0 +1,60 @@
+"""The pure model: topology, workload, placement and live cluster state. No I/O, no clock."""
+
+from rackscale.model.placement import NodeAlloc, Placement
+from rackscale.model.state import AllocationError, ClusterState, RunningJob, Transaction, Usage
+from rackscale.model.topology import (
+    MILLI_PER_GPU,
+    GPUCluster,
+    LinkTier,
+    LinkTiers,
+    Node,
+    NodeDecl,
+    Pricing,
+    Rack,
+    Region,
+    TopologyLevel,
+)
+from rackscale.model.workload import (
+    BUILTIN_PRIORITY_CLASSES,
+    CommProfile,
+    JobKind,
+    JobSpec,
+    Level,
+    PreemptionPolicy,
+    Resources,
+    TopologyConstraint,
+    batch,
+    inference,
+    training,
+)
+
+__all__ = [
+    "BUILTIN_PRIORITY_CLASSES",
+    "MILLI_PER_GPU",
+    "AllocationError",
+    "ClusterState",
+    "CommProfile",
+    "GPUCluster",
+    "JobKind",
+    "JobSpec",
+    "Level",
+    "LinkTier",
+    "LinkTiers",
+    "Node",
+    "NodeAlloc",
+    "NodeDecl",
+    "Placement",
+    "PreemptionPolicy",
+    "Pricing",
+    "Rack",
+    "Region",
+    "Resources",
+    "RunningJob",
+    "TopologyConstraint",
+    "TopologyLevel",
+    "Transaction",
+    "Usage",
+    "batch",
+    "inference",
+    "training",
+]

@@ -1,0 +1,204 @@
+"""The workload model: what a job asks for, as immutable values.
+
+A job is made of *units* placed on nodes: the workers of a training gang, the replicas of an inference
+service, the tasks of a batch job. Each unit asks for :class:`Resources` on one node (or, for a unit larger
+than a node, a tensor-parallel group spread over nodes of one rack).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from rackscale.model.topology import MILLI_PER_GPU
+
+# The seed's PriorityClass. Further classes can be registered per scheduler profile.
+BUILTIN_PRIORITY_CLASSES: dict[str, int] = {
+    "high-priority": 1_000_000,
+    "default": 0,
+    "low-priority": -1000,
+}
+
+
+class JobKind(str, Enum):
+    TRAINING = "training"
+    INFERENCE = "inference"
+    BATCH = "batch"
+
+
+class PreemptionPolicy(str, Enum):
+    PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+    NEVER = "Never"
+
+
+class Level(str, Enum):
+    """A topology level a constraint can name (the roles of :data:`rackscale.model.topology.LEVEL_ROLES`)."""
+
+    RACK = "rack"
+    REGION = "region"
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """What one unit asks for on a node.
+
+    ``gpus`` whole GPUs, or (with ``gpus == 0``) ``gpu_milli`` thousandths of one shared GPU.
+    ``gpu_models`` limits the unit to those models (``None``: any).
+    """
+
+    gpus: int = 1
+    gpu_milli: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpu_models: frozenset[str] | None = None
+
+    @property
+    def is_fractional(self) -> bool:
+        return self.gpus == 0 and self.gpu_milli > 0
+
+    @property
+    def gpu_demand_milli(self) -> int:
+        """GPU demand in milli-GPU (1000 per whole GPU)."""
+        return self.gpus * MILLI_PER_GPU if self.gpus else self.gpu_milli
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    """``required``: never violated. ``preferred``: relaxed only when it cannot be met now."""
+
+    required: Level | None = None
+    preferred: Level | None = Level.RACK
+
+
+@dataclass(frozen=True, slots=True)
+class CommProfile:
+    """Per training step (or per inference token batch): bytes all-reduced and compute seconds."""
+
+    bytes_per_step: float = 0.0
+    compute_s_per_step: float = 1.0
+    collective: str = "ring"  # "ring" or "hierarchical"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job as submitted. Keyword-only; build with :func:`training`, :func:`inference`, :func:`batch`."""
+
+    name: str
+    kind: JobKind
+    unit: Resources
+    units: int  # workers (training), replicas (inference), tasks (batch)
+    min_units: int = 0  # inference: min replicas; 0 means ``units`` (all or none)
+    max_units: int = 0  # inference: max replicas for the autoscaler; 0 means ``units``
+    priority: int = 0
+    preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+    preemptible: bool = True
+    queue: str = "default"
+    topology: TopologyConstraint = field(default_factory=TopologyConstraint)
+    comm: CommProfile = field(default_factory=CommProfile)
+    checkpoint_interval_s: float | None = None
+    duration_estimate_s: float | None = None
+    submit_time: float = 0.0
+
+    @property
+    def total_gpus(self) -> int:
+        """Whole GPUs the job needs (fractional units count 0 here; see ``gpu_demand_milli``)."""
+        return self.unit.gpus * self.units
+
+    @property
+    def gpu_demand_milli(self) -> int:
+        return self.unit.gpu_demand_milli * self.units
+
+    @property
+    def required_units(self) -> int:
+        return self.min_units or self.units
+
+    @property
+    def is_gang(self) -> bool:
+        """Training and batch are all-or-nothing; inference can start with ``min_units`` replicas."""
+        return self.kind is not JobKind.INFERENCE
+
+
+def training(
+    name: str,
+    gpus: int,
+    *,
+    gpus_per_worker: int = 1,
+    cpu_milli: int = 0,
+    memory_mib: int = 0,
+    gpu_models: frozenset[str] | None = None,
+    topology: TopologyConstraint | None = None,
+    **kw: object,
+) -> JobSpec:
+    """A training gang of ``gpus`` GPUs in workers of ``gpus_per_worker`` (all or none)."""
+    if gpus % gpus_per_worker:
+        raise ValueError(f"gpus ({gpus}) must be a multiple of gpus_per_worker ({gpus_per_worker})")
+    return JobSpec(
+        name=name,
+        kind=JobKind.TRAINING,
+        unit=Resources(gpus=gpus_per_worker, cpu_milli=cpu_milli, memory_mib=memory_mib, gpu_models=gpu_models),
+        units=gpus // gpus_per_worker,
+        topology=topology or TopologyConstraint(),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def inference(
+    name: str,
+    replicas: int,
+    *,
+    gpus_per_replica: int = 1,
+    gpu_milli: int = 0,
+    min_replicas: int = 0,
+    max_replicas: int = 0,
+    cpu_milli: int = 0,
+    memory_mib: int = 0,
+    gpu_models: frozenset[str] | None = None,
+    **kw: object,
+) -> JobSpec:
+    """An inference service: ``replicas`` units, each in one rack, spread over nodes and racks."""
+    unit = Resources(
+        gpus=0 if gpu_milli else gpus_per_replica,
+        gpu_milli=gpu_milli,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        gpu_models=gpu_models,
+    )
+    return JobSpec(
+        name=name,
+        kind=JobKind.INFERENCE,
+        unit=unit,
+        units=replicas,
+        min_units=min_replicas,
+        max_units=max_replicas,
+        topology=TopologyConstraint(required=Level.RACK, preferred=Level.RACK),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def batch(
+    name: str,
+    *,
+    gpus: int = 1,
+    gpu_milli: int = 0,
+    tasks: int = 1,
+    cpu_milli: int = 0,
+    memory_mib: int = 0,
+    gpu_models: frozenset[str] | None = None,
+    **kw: object,
+) -> JobSpec:
+    """A batch job: ``tasks`` independent units, no communication, placed to fill fragments."""
+    unit = Resources(
+        gpus=0 if gpu_milli else gpus,
+        gpu_milli=gpu_milli,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        gpu_models=gpu_models,
+    )
+    return JobSpec(
+        name=name,
+        kind=JobKind.BATCH,
+        unit=unit,
+        units=tasks,
+        topology=TopologyConstraint(required=None, preferred=None),
+        **kw,  # type: ignore[arg-type]
+    )
