@@ -88,12 +88,18 @@ class ClusterState:
         self.node_shared: list[bool] = [False] * len(nodes)
         self.rack_whole: list[int] = [r.gpus for r in cluster.racks]
         max_node = max(n.gpus for n in nodes)
+        self.max_node_gpus = max_node
         max_rack = max(r.gpus for r in cluster.racks)
         self.rack_index: dict[tuple[str, int], _Index] = {}
         self.node_index: dict[str, _Index] = {m: _Index.sized(max_node) for m in cluster.gpu_models}
         self.rack_node_index: list[_Index] = [_Index.sized(r.gpus_per_node) for r in cluster.racks]
         self.shared_nodes: dict[str, set[int]] = {m: set() for m in cluster.gpu_models}
         self.model_free_whole: dict[str, int] = dict.fromkeys(cluster.gpu_models, 0)
+        # The largest rack per (model, region): its bucket holds the fully free racks.
+        self.rack_capacity_of: dict[tuple[str, int], int] = {}
+        for r in cluster.racks:
+            key = (r.gpu_model, r.region)
+            self.rack_capacity_of[key] = max(self.rack_capacity_of.get(key, 0), r.gpus)
         for r in cluster.racks:
             ix = self.rack_index.setdefault((r.gpu_model, r.region), _Index.sized(max_rack))
             ix.move(r.index, None, r.gpus)
@@ -372,9 +378,7 @@ class ClusterState:
     @property
     def failed_gpus(self) -> int:
         down = sum(self.cluster.nodes[n].gpus for n, d in enumerate(self.node_down) if d)
-        return down + sum(
-            len(f) for n, f in enumerate(self.gpu_failed) if not self.node_down[n]
-        )
+        return down + sum(len(f) for n, f in enumerate(self.gpu_failed) if not self.node_down[n])
 
     def check_invariants(self) -> None:
         """Recompute every index from scratch and compare (for tests; O(cluster))."""
@@ -394,8 +398,10 @@ class ClusterState:
                 assert self.gpu_free[n][g] == MILLI_PER_GPU - held[g], "gpu_free out of sync"
             assert self.cpu_free[n] == node.cpu_milli - cpu >= 0, "cpu_free out of sync"
             assert self.mem_free[n] == node.memory_mib - mem >= 0, "mem_free out of sync"
-            whole = 0 if self.node_down[n] else sum(
-                1 for g in range(node.gpus) if held[g] == 0 and g not in self.gpu_failed[n]
+            whole = (
+                0
+                if self.node_down[n]
+                else sum(1 for g in range(node.gpus) if held[g] == 0 and g not in self.gpu_failed[n])
             )
             assert self.node_whole[n] == whole, f"node_whole out of sync on {node.name}"
             assert n in self.node_index[node.gpu_model].buckets[whole]

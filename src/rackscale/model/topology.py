@@ -220,9 +220,7 @@ class GPUCluster:
                     "an NVLink domain holds one GPU model: put the nodes in separate racks"
                 )
             rack_nodes[r].append(len(nodes))
-            nodes.append(
-                Node(len(nodes), d.name, r, g, d.gpus, d.gpu_model, d.cpu_milli, d.memory_mib)
-            )
+            nodes.append(Node(len(nodes), d.name, r, g, d.gpus, d.gpu_model, d.cpu_milli, d.memory_mib))
         if not nodes:
             raise ValueError("a cluster needs at least one node")
         racks = []

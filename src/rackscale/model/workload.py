@@ -8,7 +8,7 @@ than a node, a tensor-parallel group spread over nodes of one rack).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from rackscale.model.topology import MILLI_PER_GPU
 
@@ -20,18 +20,18 @@ BUILTIN_PRIORITY_CLASSES: dict[str, int] = {
 }
 
 
-class JobKind(str, Enum):
+class JobKind(StrEnum):
     TRAINING = "training"
     INFERENCE = "inference"
     BATCH = "batch"
 
 
-class PreemptionPolicy(str, Enum):
+class PreemptionPolicy(StrEnum):
     PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
     NEVER = "Never"
 
 
-class Level(str, Enum):
+class Level(StrEnum):
     """A topology level a constraint can name (the roles of :data:`rackscale.model.topology.LEVEL_ROLES`)."""
 
     RACK = "rack"

@@ -1,0 +1,68 @@
+"""Backfill: the first blocked gang gets a reservation; later jobs may run ahead only if they do not
+delay it (EASY backfilling, on the rack level).
+
+The reservation is computed from the expected end times of running jobs: release them in end order
+until the gang fits (one rack for a gang that fits in a rack; the fewest racks of one region for a larger
+one). Jobs without an end estimate never free anything in this calculation; if the gang can then never
+be shown to fit, the racks that come closest are still held (start unknown), so the gang cannot starve.
+"""
+
+from __future__ import annotations
+
+from rackscale.model.state import ClusterState
+from rackscale.model.workload import JobKind, JobSpec
+from rackscale.scheduler.decisions import Reservation
+from rackscale.scheduler.filters import allowed_models
+from rackscale.scheduler.framework import CycleContext
+
+
+def plan_reservation(job: JobSpec, state: ClusterState, ctx: CycleContext) -> Reservation | None:
+    if job.kind is JobKind.INFERENCE or job.unit.gpus == 0:
+        return None  # replicas and shared GPUs are small: they do not need to hold racks
+    models = set(allowed_models(job, ctx))
+    cluster = state.cluster
+    racks = [r for r in cluster.racks if r.gpu_model in models]
+    if not racks:
+        return None
+    need = job.total_gpus
+    free = {r.index: state.rack_whole[r.index] for r in racks}
+    ending = sorted((rj.expected_end, rj.spec.name) for rj in state.running.values() if rj.expected_end is not None)
+    nodes = cluster.nodes
+    cap = max(r.gpus for r in racks)
+
+    def feasible_multi() -> frozenset[int] | None:
+        for g in range(len(cluster.regions)):
+            in_region = sorted((r for r in free if cluster.racks[r].region == g), key=lambda r: (-free[r], r))
+            got, total = [], 0
+            for r in in_region:
+                got.append(r)
+                total += free[r]
+                if total >= need:
+                    return frozenset(got)
+        return None
+
+    # Release jobs in end order; after each instant, look only at the racks that instant touched
+    # (free counts only grow, so an untouched rack cannot have become the answer).
+    touched: set[int] = set()
+    for i, (end, name) in enumerate(ending):
+        for a in state.running[name].placement.allocs:
+            r = nodes[a.node].rack
+            if r in free:
+                free[r] += a.whole_gpus
+                touched.add(r)
+        if i + 1 < len(ending) and ending[i + 1][0] == end:
+            continue  # jobs ending at the same instant count together
+        if need <= cap:
+            fits = sorted(r for r in touched if free[r] >= need)
+            if fits:
+                best = min(fits, key=lambda r: (free[r], r))
+                return Reservation(job=job.name, racks=frozenset({best}), start=end)
+        elif any(free[r] >= cluster.racks[r].gpus for r in touched):
+            got = feasible_multi()
+            if got is not None:
+                return Reservation(job=job.name, racks=got, start=end)
+        touched.clear()
+    # No estimate shows when it fits: hold the racks that come closest, start unknown.
+    k = max(1, -(-need // cap))
+    got = frozenset(sorted(free, key=lambda r: (-free[r], r))[:k])
+    return Reservation(job=job.name, racks=got, start=None)

@@ -1,0 +1,89 @@
+"""What one scheduling cycle decided. Decisions are values; applying them is the caller's job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rackscale.model.placement import NodeAlloc, Placement
+from rackscale.model.state import ClusterState
+from rackscale.model.workload import JobSpec
+from rackscale.scheduler.status import Status
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Start ``spec`` on ``placement`` (or, for a running inference job, add the replicas in it)."""
+
+    spec: JobSpec
+    placement: Placement
+    expected_end: float | None
+    backfilled: bool = False
+    scale_up: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    victim: str
+    preemptor: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    spec: JobSpec
+    status: Status
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A blocked job holds these racks from ``start`` on; backfill must not delay it."""
+
+    job: str
+    racks: frozenset[int]
+    start: float | None  # None: no estimate of when it can start (some running jobs have no end estimate)
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    placed: tuple[Placed, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    pending: tuple[Pending, ...] = ()
+    reservation: Reservation | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def pending_status(self, name: str) -> Status | None:
+        for p in self.pending:
+            if p.spec.name == name:
+                return p.status
+        return None
+
+
+def apply_decisions(state: ClusterState, decisions: Decisions, *, now: float) -> None:
+    """Apply a cycle's decisions to ``state``: preempt the victims, then start the placements, in the
+    order the scheduler decided them (which is the order in which they were valid)."""
+    victims = {p.victim for p in decisions.preemptions}
+    for v in sorted(victims):
+        state.release(v)
+    for p in decisions.placed:
+        if p.scale_up:
+            state.extend(p.spec.name, p.placement.allocs, p.placement.units)
+        else:
+            state.allocate(p.spec, p.placement, now=now, expected_end=p.expected_end)
+
+
+def merge_allocs(allocs: list[NodeAlloc]) -> tuple[NodeAlloc, ...]:
+    """Merge whole-GPU slices on the same node into one slice (fractional slices stay apart)."""
+    merged: dict[int, NodeAlloc] = {}
+    out: list[NodeAlloc] = []
+    for a in allocs:
+        if a.milli != 1000 or not a.gpus:
+            out.append(a)
+            continue
+        m = merged.get(a.node)
+        if m is None:
+            merged[a.node] = a
+        else:
+            merged[a.node] = NodeAlloc(
+                a.node, m.gpus + a.gpus, 1000, m.cpu_milli + a.cpu_milli, m.memory_mib + a.memory_mib
+            )
+    return tuple(merged.values()) + tuple(out)

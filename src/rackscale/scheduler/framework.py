@@ -1,0 +1,110 @@
+"""The scheduling framework: narrow plugin Protocols, a registry by name, and profiles that pick them.
+
+Extension points, in the order a cycle uses them:
+
+- ``QueueSort``   orders the pending jobs (priority, fair share, submit time);
+- ``Filter``      rejects a job before any search, with a reason (model, size, quota);
+- ``Placer``      scores and picks nodes for one group of units (the topology-aware part);
+- ``VictimChooser`` picks preemption victims when a job cannot be placed.
+
+Baselines are placers behind the same interface, so a comparison changes one name in a profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from rackscale.model.placement import NodeAlloc
+from rackscale.model.state import ClusterState, RunningJob
+from rackscale.model.workload import JobSpec
+from rackscale.scheduler.placement.request import GroupRequest
+from rackscale.scheduler.status import Status
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueConfig:
+    """A queue (tenant). ``weight`` scales its fair share; ``quota_gpus`` caps what it may hold."""
+
+    name: str
+    weight: float = 1.0
+    quota_gpus: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CycleContext:
+    """What plugins may read besides the state: the time and the queue configuration."""
+
+    now: float
+    queues: Mapping[str, QueueConfig]
+    models: tuple[str, ...]
+
+
+class QueueSort(Protocol):
+    name: str
+
+    def order(self, pending: Sequence[JobSpec], state: ClusterState, ctx: CycleContext) -> Iterator[JobSpec]:
+        """Yield pending jobs in the order to try them. May read ``state`` between yields: placements
+        made earlier in the cycle are already in it (progressive fair share)."""
+        ...
+
+
+class Filter(Protocol):
+    name: str
+
+    def filter(self, job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status: ...
+
+
+class Placer(Protocol):
+    name: str
+
+    def place(self, state: ClusterState, req: GroupRequest) -> list[NodeAlloc] | None:
+        """Slices for the group, or ``None`` if it cannot be placed now. Must not change ``state``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class VictimChoice:
+    victims: tuple[RunningJob, ...]
+    racks: frozenset[int]  # where the preemptor must then be placed
+
+
+class VictimChooser(Protocol):
+    name: str
+
+    def choose(
+        self, job: JobSpec, state: ClusterState, ctx: CycleContext, *, exclude_racks: frozenset[int]
+    ) -> VictimChoice | None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Profile:
+    """A named set of plugins. ``victims=""`` disables preemption."""
+
+    name: str
+    queue_sort: str = "priority-fairshare"
+    filters: tuple[str, ...] = ("gpu-model", "fits-ever", "quota")
+    placer: str = "topology-pack"
+    victims: str = "cheapest-victims"
+    backfill: bool = True
+    # How long a gang that prefers one rack waits for one before it is split over racks.
+    split_wait_s: float = 0.0
+
+
+QUEUE_SORTS: dict[str, Callable[[], QueueSort]] = {}
+FILTERS: dict[str, Callable[[], Filter]] = {}
+PLACERS: dict[str, Callable[[int], Placer]] = {}
+VICTIM_CHOOSERS: dict[str, Callable[[], VictimChooser]] = {}
+
+PROFILES: dict[str, Profile] = {
+    "rackscale": Profile(name="rackscale"),
+    "first-fit": Profile(name="first-fit", placer="first-fit"),
+    "best-fit": Profile(name="best-fit", placer="best-fit"),
+    "random": Profile(name="random", placer="random"),
+    "slurm-tree": Profile(name="slurm-tree", placer="slurm-tree"),
+}
+
+
+def unknown(kind: str, name: str, known: Mapping[str, object]) -> ValueError:
+    return ValueError(f"unknown {kind} {name!r}; choose one of: {', '.join(sorted(known))}")

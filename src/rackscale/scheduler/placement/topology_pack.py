@@ -1,0 +1,201 @@
+"""rackscale's placement: pack gangs into the fewest NVLink domains, keep whole racks and GPUs free.
+
+- A group that fits in one rack goes to the rack with the fewest free GPUs that holds it (best fit on
+  the rack level preserves whole free racks for large gangs), then to best-fit nodes inside that rack.
+- A group larger than a rack takes the fewest racks of one region: whole free racks side by side
+  (the tightest window of rack indexes), and the remainder in the best-fit rack.
+- Tasks without communication (batch) fill the fullest nodes first, wherever they are.
+- Shared-GPU (fractional) units go to the partly used GPU they fit most tightly; only when none fits do
+  they open a whole GPU, on the node with the fewest whole free GPUs (fragmentation-aware, after FGD).
+"""
+
+from __future__ import annotations
+
+from rackscale.model.placement import NodeAlloc
+from rackscale.model.state import ClusterState
+from rackscale.scheduler.placement.request import (
+    GroupRequest,
+    fill_best_fit,
+    nodes_ascending,
+    racks_ascending,
+    take_units,
+    units_fit,
+)
+
+Allocs = list[NodeAlloc]
+
+
+class TopologyPack:
+    name = "topology-pack"
+
+    def place(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+        unit = req.unit
+        if unit.is_fractional:
+            return self._fractional(state, req)
+        if not unit.gpus:
+            return self._cpu_only(state, req)
+        if req.one_rack or req.prefer_one_rack or req.compact:
+            got = self._single_rack(state, req)
+            if got is not None or req.one_rack or not req.allow_split:
+                return got
+            return self._multi_rack(state, req)
+        return self._fill_fragments(state, req)
+
+    # ------------------------------------------------------------------ one rack
+    def _single_rack(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+        total = max(req.total_gpus, 1)
+        soft_skipped: list[int] = []
+        for rack in racks_ascending(state, req.models, total):
+            if not req.rack_allowed(rack):
+                continue
+            if req.spread and rack in req.avoid_racks:
+                soft_skipped.append(rack)
+                continue
+            got = self._fill_rack(state, rack, req, req.units)
+            if got is not None:
+                return got
+        for rack in soft_skipped:  # anti-affinity across racks is preferred, not required
+            got = self._fill_rack(state, rack, req, req.units)
+            if got is not None:
+                return got
+        return None
+
+    def _fill_rack(self, state: ClusterState, rack: int, req: GroupRequest, units: int) -> Allocs | None:
+        candidates = list(state.rack_node_index[rack].ascending(max(req.unit.gpus, 1)))
+        if req.spread and req.avoid_nodes:
+            got = fill_best_fit(state, candidates, units, req.unit, avoid=req.avoid_nodes)
+            if got is not None:
+                return got
+        return fill_best_fit(state, candidates, units, req.unit, avoid=frozenset())
+
+    # ------------------------------------------------------------------ several racks
+    def _multi_rack(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+        total = req.total_gpus
+        free = sum(state.model_free_whole[m] for m in req.models)
+        if free < total:
+            return None
+        plans: list[tuple[int, int, Allocs]] = []
+        for g in range(len(state.cluster.regions)):
+            got = self._plan_region(state, req, region=g)
+            if got is not None:
+                plans.append((len({state.cluster.nodes[a.node].rack for a in got}), g, got))
+        if plans:
+            return min(plans, key=lambda p: (p[0], p[1]))[2]
+        if req.one_region:
+            return None
+        return self._plan_region(state, req, region=None)
+
+    def _plan_region(self, state: ClusterState, req: GroupRequest, *, region: int | None) -> Allocs | None:
+        """Fewest racks: whole free racks in the tightest index window, then the best-fit remainder."""
+        cluster = state.cluster
+        w = req.unit.gpus
+        chosen: list[int] = []
+        remaining = req.total_gpus
+        for m in req.models:
+            for g in [region] if region is not None else range(len(cluster.regions)):
+                ix = state.rack_index.get((m, g))
+                if ix is None or remaining <= 0:
+                    continue
+                cap = state.rack_capacity_of[(m, g)]
+                full = sorted(r for r in ix.buckets[cap] if req.rack_allowed(r))
+                q = min(remaining // cap, len(full))
+                if q:
+                    # The tightest window of rack indexes: racks side by side share switches.
+                    window = min(
+                        (full[i : i + q] for i in range(len(full) - q + 1)),
+                        key=lambda s: (s[-1] - s[0], s[0]),
+                    )
+                    chosen.extend(window)
+                    remaining -= q * cap
+        if remaining > 0:
+            taken = set(chosen)
+            # Best fit for the remainder, then the roomiest racks for whatever is left.
+            while remaining > 0:
+                rest = [r for r in self._racks_in(state, req, region, at_least=w) if r not in taken]
+                if not rest:
+                    return None
+                tight = next((r for r in rest if state.rack_whole[r] >= remaining), None)
+                pick = tight if tight is not None else rest[-1]
+                taken.add(pick)
+                chosen.append(pick)
+                remaining -= (state.rack_whole[pick] // w) * w if tight is None else remaining
+        out: Allocs = []
+        units = req.units
+        for i, rack in enumerate(chosen):
+            last = i == len(chosen) - 1
+            room = sum(units_fit(state, n, req.unit) for n in cluster.racks[rack].nodes)
+            k = units if last else min(units, room)
+            got = self._fill_rack(state, rack, req, k) if k else []
+            if got is None:
+                return None
+            out.extend(got)
+            units -= k
+        return out if units == 0 else None
+
+    def _racks_in(self, state: ClusterState, req: GroupRequest, region: int | None, *, at_least: int) -> list[int]:
+        """Allowed racks with room, fewest free first."""
+        out: list[int] = []
+        for m in req.models:
+            out.extend(r for r in state.racks_ascending(m, at_least, region) if req.rack_allowed(r))
+        out.sort(key=lambda r: (state.rack_whole[r], r))
+        return out
+
+    # ------------------------------------------------------------------ no topology preference
+    def _fill_fragments(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+        out: Allocs = []
+        remaining = req.units
+        for n in nodes_ascending(state, req.models, req.unit.gpus):
+            if not req.rack_allowed(state.cluster.nodes[n].rack):
+                continue
+            k = min(units_fit(state, n, req.unit), remaining)
+            if k:
+                out.extend(take_units(state, n, req.unit, k))
+                remaining -= k
+                if not remaining:
+                    return out
+        return None
+
+    def _fractional(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+        """One shared-GPU unit (the scheduler splits fractional jobs into one group per unit)."""
+        unit = req.unit
+        best: tuple[int, int, int, int] | None = None  # (leftover on GPU, node whole free, node, gpu)
+        for m in req.models:
+            for n in state.shared_nodes[m]:
+                if not req.rack_allowed(state.cluster.nodes[n].rack) or n in req.avoid_nodes:
+                    continue
+                if (unit.cpu_milli > state.cpu_free[n]) or (unit.memory_mib > state.mem_free[n]):
+                    continue
+                for g in range(len(state.gpu_free[n])):
+                    f = state.usable_free(n, g)
+                    if unit.gpu_milli <= f < 1000:
+                        key = (f - unit.gpu_milli, state.node_whole[n], n, g)
+                        if best is None or key < best:
+                            best = key
+        if best is not None:
+            _, _, n, g = best
+            return [_slice(n, g, unit.gpu_milli, unit.cpu_milli, unit.memory_mib)]
+        # Open a whole GPU on the node with the fewest whole free GPUs that fits.
+        for avoid in (req.avoid_nodes, frozenset()):
+            for n in nodes_ascending(state, req.models, 1):
+                if n in avoid or not req.rack_allowed(state.cluster.nodes[n].rack):
+                    continue
+                if units_fit(state, n, unit):
+                    return take_units(state, n, unit, 1)
+        return None
+
+    def _cpu_only(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+        """CPU-only units go first to nodes whose GPUs are all taken, so GPU nodes keep their CPUs."""
+        out: Allocs = []
+        remaining = req.units
+        for n in nodes_ascending(state, req.models, 0):
+            k = min(units_fit(state, n, req.unit), remaining)
+            if k:
+                out.extend(take_units(state, n, req.unit, k))
+                remaining -= k
+                if not remaining:
+                    return out
+        return None
+
+
+def _slice(n: int, g: int, milli: int, cpu: int, mem: int) -> NodeAlloc:
+    return NodeAlloc(n, (g,), milli, cpu, mem)
