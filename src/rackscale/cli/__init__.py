@@ -1,0 +1,1 @@
+"""The command line: one module per verb, each a thin layer over the library."""

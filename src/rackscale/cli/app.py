@@ -1,0 +1,36 @@
+"""The ``rackscale`` command. Verbs live in their own modules and import heavy parts lazily."""
+
+from __future__ import annotations
+
+import typer
+
+from rackscale.cli.schedule import schedule
+from rackscale.cli.simulate import simulate
+from rackscale.cli.validate import validate
+
+app = typer.Typer(
+    name="rackscale",
+    help=(
+        "rackscale: a topology-aware resource manager for rack-scale (NVLink-domain) GPU clusters.\n\n"
+        "Start with `rackscale simulate` (rackscale vs a baseline on the embedded default)."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command()(simulate)
+app.command()(schedule)
+app.command()(validate)
+
+
+def _mount_bench() -> None:
+    from rackscale.cli.bench import app as bench_app
+
+    app.add_typer(bench_app, name="bench", help="Benchmarks (placement speed and quality).")
+
+
+# _mount_bench()  # TEMP
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,64 @@
+"""``rackscale schedule``: one scheduling cycle of job specs on a cluster; where each goes, or why not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rackscale.cli.common import resolve_cluster
+from rackscale.cli.output import OutputFormat, emit, fail
+
+
+def schedule(
+    jobs_file: Path = typer.Option(..., "-f", "--filename", help="Job specs (YAML/JSON, one or many)."),
+    cluster_file: Path | None = typer.Option(None, "--cluster", help="Cluster spec. Default: 4 NVL72 racks."),
+    racks: int | None = typer.Option(None, "--racks", help="Racks of the default NVL72 cluster."),
+    policy: str = typer.Option("rackscale", "--policy", help="Scheduling profile."),
+    output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="table, json or yaml."),
+) -> None:
+    """Run one cycle on an empty cluster and print each job's placement (racks, nodes) or pending reason.
+
+    Example: rackscale schedule -f examples/train-72.yaml --cluster examples/cluster-nvl72.yaml
+    """
+    from rackscale.loaders import load_jobs
+    from rackscale.model.specs import SpecError
+    from rackscale.model.state import ClusterState
+    from rackscale.scheduler import PROFILES, ResourceScheduler
+
+    if policy not in PROFILES:
+        fail(f"unknown policy {policy!r}; choose one of: {', '.join(PROFILES)}")
+    cluster = resolve_cluster(cluster_file, racks)
+    try:
+        jobs = load_jobs(jobs_file)
+    except SpecError as err:
+        fail(str(err))
+    state = ClusterState(cluster)
+    d = ResourceScheduler(profile=policy).schedule(state, jobs, 0.0)
+    rows: list[dict[str, object]] = []
+    for p in d.placed:
+        racks_used = sorted({cluster.racks[cluster.nodes[a.node].rack].name for a in p.placement.allocs})
+        rows.append(
+            {
+                "job": p.spec.name,
+                "kind": p.spec.kind.value,
+                "status": "Placed",
+                "gpus": p.placement.gpu_milli / 1000,
+                "racks": ",".join(racks_used),
+                "nodes": ",".join(cluster.nodes[a.node].name for a in p.placement.allocs),
+                "reason": "",
+            }
+        )
+    for w in d.pending:
+        rows.append(
+            {
+                "job": w.spec.name,
+                "kind": w.spec.kind.value,
+                "status": w.status.code.value,
+                "gpus": w.spec.gpu_demand_milli / 1000,
+                "racks": "",
+                "nodes": "",
+                "reason": f"{w.status.reason.value}: {w.status.message}",
+            }
+        )
+    emit(rows, output, columns=("job", "kind", "status", "gpus", "racks", "reason"))

@@ -1,0 +1,32 @@
+"""``rackscale validate``: check cluster and job spec files and say exactly what is wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rackscale.cli.output import console, fail
+
+
+def validate(
+    files: list[Path] = typer.Argument(..., help="Cluster (kind: GpuCluster / Cluster) or job spec files."),
+) -> None:
+    """Validate spec files. Each file is read as a cluster spec if its kind says so, else as jobs.
+
+    Exit code 0 when every file is valid; 2 with one line per problem (field path and fix) otherwise.
+    """
+    from rackscale.loaders import load_any
+    from rackscale.model.specs import SpecError
+
+    bad = False
+    for f in files:
+        try:
+            what = load_any(f)
+        except SpecError as err:
+            bad = True
+            console.print(f"[red]✗[/] {err}", highlight=False)
+            continue
+        console.print(f"[green]✓[/] {f}: {what}", highlight=False)
+    if bad:
+        fail("some files are invalid (see above)")
