@@ -83,8 +83,7 @@ def simulate(
         return
     # KPIs as rows, policies as columns: side by side reads well in any terminal width.
     table_rows = [
-        {"kpi": k, **{str(r["policy"]): r["kpis"].get(k) for r in runs}, "goal": KPI_GOALS.get(k, "")}
-        for k in KPI_ROWS
+        {"kpi": k, **{str(r["policy"]): r["kpis"].get(k) for r in runs}, "goal": KPI_GOALS.get(k, "")} for k in KPI_ROWS
     ]
     emit(
         table_rows,

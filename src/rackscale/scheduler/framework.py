@@ -74,8 +74,16 @@ class VictimChooser(Protocol):
     name: str
 
     def choose(
-        self, job: JobSpec, state: ClusterState, ctx: CycleContext, *, exclude_racks: frozenset[int]
-    ) -> VictimChoice | None: ...
+        self,
+        job: JobSpec,
+        state: ClusterState,
+        ctx: CycleContext,
+        *,
+        exclude_racks: frozenset[int],
+        protected: frozenset[str] = frozenset(),
+    ) -> VictimChoice | None:
+        """Victims among running jobs, never one in ``protected`` (e.g. placed earlier this cycle)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

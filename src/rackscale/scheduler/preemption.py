@@ -46,13 +46,19 @@ class CheapestVictims:
     name = "cheapest-victims"
 
     def choose(
-        self, job: JobSpec, state: ClusterState, ctx: CycleContext, *, exclude_racks: frozenset[int]
+        self,
+        job: JobSpec,
+        state: ClusterState,
+        ctx: CycleContext,
+        *,
+        exclude_racks: frozenset[int],
+        protected: frozenset[str] = frozenset(),
     ) -> VictimChoice | None:
         models = set(allowed_models(job, ctx))
         now = ctx.now
 
         def can_victimise(rj: RunningJob) -> bool:
-            return rj.spec.priority < job.priority and rj.spec.preemptible
+            return rj.spec.priority < job.priority and rj.spec.preemptible and rj.spec.name not in protected
 
         def cost(rj: RunningJob) -> tuple[int, float, int, str]:
             return (rj.spec.priority, lost_work(rj, now), -rj.placement.gpu_milli, rj.spec.name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from itertools import groupby
 
 from rackscale.model.state import ClusterState
@@ -18,15 +19,31 @@ from rackscale.model.workload import JobSpec
 from rackscale.scheduler.framework import QUEUE_SORTS, CycleContext
 
 
-def dominant_share(state: ClusterState, queue: str, weight: float) -> float:
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """Cluster totals a dominant share divides by (computed once per cycle, not per comparison)."""
+
+    gpu_milli: int
+    cpu_milli: int
+    memory_mib: int
+
+    @classmethod
+    def of(cls, state: ClusterState) -> Capacity:
+        c = state.cluster
+        return cls(
+            gpu_milli=max(c.total_gpus * MILLI_PER_GPU, 1),
+            cpu_milli=max(sum(n.cpu_milli for n in c.nodes), 1),
+            memory_mib=max(sum(n.memory_mib for n in c.nodes), 1),
+        )
+
+
+def dominant_share(state: ClusterState, queue: str, weight: float, cap: Capacity) -> float:
+    """max(GPU, CPU, memory share of the cluster held by ``queue``) / ``weight`` (DRF)."""
     u = state.queue_usage.get(queue)
     if u is None:
         return 0.0
-    c = state.cluster
-    cap_gpu = max(c.total_gpus * MILLI_PER_GPU, 1)
-    cap_cpu = max(sum(n.cpu_milli for n in c.nodes), 1)
-    cap_mem = max(sum(n.memory_mib for n in c.nodes), 1)
-    return max(u.gpu_milli / cap_gpu, u.cpu_milli / cap_cpu, u.memory_mib / cap_mem) / max(weight, 1e-9)
+    share = max(u.gpu_milli / cap.gpu_milli, u.cpu_milli / cap.cpu_milli, u.memory_mib / cap.memory_mib)
+    return share / max(weight, 1e-9)
 
 
 def _job_key(j: JobSpec) -> tuple[float, str]:
@@ -37,11 +54,12 @@ class PriorityFairShare:
     name = "priority-fairshare"
 
     def order(self, pending: Sequence[JobSpec], state: ClusterState, ctx: CycleContext) -> Iterator[JobSpec]:
+        cap = self._capacity(state)
         jobs = sorted(pending, key=lambda j: (-j.priority, j.queue, j.submit_time, j.name))
         for _prio, level_iter in groupby(jobs, key=lambda j: j.priority):
             by_queue = {q: list(js) for q, js in groupby(level_iter, key=lambda j: j.queue)}
             heads = {q: 0 for q in by_queue}
-            heap = [(self._share(state, ctx, q), _job_key(js[0]), q) for q, js in by_queue.items()]
+            heap = [(self._share(state, ctx, q, cap), _job_key(js[0]), q) for q, js in by_queue.items()]
             heapq.heapify(heap)
             while heap:
                 _, _, q = heapq.heappop(heap)
@@ -50,12 +68,20 @@ class PriorityFairShare:
                 heads[q] += 1
                 if heads[q] < len(js):
                     # The share moved if the job was placed: re-read it before the queue competes again.
-                    heapq.heappush(heap, (self._share(state, ctx, q), _job_key(js[heads[q]]), q))
+                    heapq.heappush(heap, (self._share(state, ctx, q, cap), _job_key(js[heads[q]]), q))
+
+    def __init__(self) -> None:
+        self._cap: tuple[object, Capacity] | None = None
+
+    def _capacity(self, state: ClusterState) -> Capacity:
+        if self._cap is None or self._cap[0] is not state.cluster:
+            self._cap = (state.cluster, Capacity.of(state))
+        return self._cap[1]
 
     @staticmethod
-    def _share(state: ClusterState, ctx: CycleContext, queue: str) -> float:
+    def _share(state: ClusterState, ctx: CycleContext, queue: str, cap: Capacity) -> float:
         cfg = ctx.queues.get(queue)
-        return dominant_share(state, queue, cfg.weight if cfg else 1.0)
+        return dominant_share(state, queue, cfg.weight if cfg else 1.0, cap)
 
 
 class PriorityFifo:

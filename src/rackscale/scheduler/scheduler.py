@@ -136,7 +136,8 @@ class ResourceScheduler:
                     continue
                 status = got
                 if self.victims is not None and job.preemption_policy is not PreemptionPolicy.NEVER:
-                    done = self._preempt(cycle, job, ctx, exclude=exclude)
+                    protected = frozenset(p.spec.name for p in placed)
+                    done = self._preempt(cycle, job, ctx, exclude=exclude, protected=protected)
                     if done is not None:
                         placed.append(done[0])
                         preempted.extend(done[1])
@@ -286,11 +287,17 @@ class ResourceScheduler:
 
     # ------------------------------------------------------------------ preemption
     def _preempt(
-        self, cycle: Transaction, job: JobSpec, ctx: CycleContext, *, exclude: frozenset[int]
+        self,
+        cycle: Transaction,
+        job: JobSpec,
+        ctx: CycleContext,
+        *,
+        exclude: frozenset[int],
+        protected: frozenset[str],
     ) -> tuple[Placed, list[Preemption]] | None:
         assert self.victims is not None
         state = cycle.state
-        choice = self.victims.choose(job, state, ctx, exclude_racks=exclude)
+        choice = self.victims.choose(job, state, ctx, exclude_racks=exclude, protected=protected)
         if choice is None:
             return None
         mark = len(cycle)

@@ -104,8 +104,8 @@ def replay(
         res.cycles += 1
         if on_cycle is not None:
             on_cycle(now)
-        for p in decisions.preemptions:
-            victim = state.running[p.victim].spec
+        for pre in decisions.preemptions:
+            victim = state.running[pre.victim].spec
             pending[victim.name] = victim  # back to the queue; it restarts from scratch here
             res.preemptions += 1
         apply_decisions(state, decisions, now=now)

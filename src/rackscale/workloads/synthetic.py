@@ -73,10 +73,7 @@ def synthetic_jobs(cfg: SyntheticConfig) -> list[JobSpec]:
             "duration_estimate_s": round(duration, 3),
         }
         if draw < cfg.training_share:
-            if tail and rng.random() < cfg.large_tail_share:
-                gpus = _weighted(rng, tail)
-            else:
-                gpus = _weighted(rng, sizes)
+            gpus = _weighted(rng, tail) if tail and rng.random() < cfg.large_tail_share else _weighted(rng, sizes)
             if cap is not None:
                 gpus = min(gpus, cap)
             # Bytes all-reduced per step grow with the model, which grows with the job.
