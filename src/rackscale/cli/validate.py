@@ -27,6 +27,13 @@ def validate(
             bad = True
             console.print(f"[red]✗[/] {err}", highlight=False)
             continue
-        console.print(f"[green]✓[/] {f}: {what}", highlight=False)
+        if isinstance(what, list):
+            summary = f"{len(what)} job(s): " + ", ".join(f"{j.name} ({j.kind.value})" for j in what)
+        else:
+            summary = (
+                f"cluster {what.name}: {what.total_gpus} GPUs in {len(what.racks)} rack(s), "
+                f"{len(what.regions)} region(s), models {', '.join(what.gpu_models)}"
+            )
+        console.print(f"[green]✓[/] {f}: {summary}", highlight=False)
     if bad:
         fail("some files are invalid (see above)")

@@ -1,0 +1,223 @@
+"""The document shapes of cluster and job specs, as pydantic models (camelCase keys, unknown keys refused).
+
+These models check only what one field can check on its own: types, ranges, enumerations. Rules that span
+fields live in :mod:`rackscale.model.specs`, which turns a validated document into model values.
+Defaults here are documented in ``docs/specs.md``; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from rackscale.model.spec_errors import SpecInvalid
+
+SEED_GPUS_PER_NODE = 4
+SEED_NODES_PER_RACK = 18  # an NVL72 rack: 18 compute trays of 4 GPUs
+RICH_RACKS_PER_REGION = 4
+RICH_GPU_TYPE = "GB200"
+MAX_UNITS = 1 << 20  # far above any real job; stops typos without limiting real use
+MAX_MEMORY_MIB = 1 << 40
+
+
+class _Doc(BaseModel):
+    # strict: `gpus: yes` or `gpus: "8"` is a mistake, not 1 or 8 (nested mappings are still accepted).
+    # allow_inf_nan=False: a NaN bandwidth or price would poison every later computation silently.
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, strict=True, allow_inf_nan=False, frozen=True)
+
+
+def _toggle(value: object) -> object:
+    """``enabled``/``disabled`` as in the seed resource; YAML booleans also accepted."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("enabled", "disabled", "true", "false"):
+        return value.strip().lower() in ("enabled", "true")
+    raise SpecInvalid("must be enabled or disabled", "write `enabled` or `disabled`")
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti)?\s*$")
+_MIB_PER = {"Ki": Decimal(1) / 1024, "Mi": Decimal(1), "Gi": Decimal(1024), "Ti": Decimal(1024**2)}
+
+
+def _memory(value: object) -> object:
+    """``512Mi``, ``2048Gi``, ``1.5Ti`` or a whole number of MiB -> MiB (rounded up: never under-ask)."""
+    if value is None:
+        return None
+    hint = "write e.g. memory: 64Gi (Ki, Mi, Gi, Ti are powers of 1024; a bare number means MiB)"
+    if isinstance(value, int) and not isinstance(value, bool):
+        mib = value
+    elif isinstance(value, str) and (m := _SIZE.match(value)):
+        mib = math.ceil(Decimal(m[1]) * _MIB_PER[m[2] or "Mi"])
+    else:
+        raise SpecInvalid("must be a size like 512Mi, 64Gi or 1Ti, or a whole number of MiB", hint)
+    if not 0 <= mib <= MAX_MEMORY_MIB:
+        raise SpecInvalid(f"must be between 0 and {MAX_MEMORY_MIB} MiB (1 EiB)", hint)
+    return mib
+
+
+Toggle = Annotated[bool, BeforeValidator(_toggle)]
+Memory = Annotated[int | None, BeforeValidator(_memory)]
+Count = Annotated[int, Field(ge=1, le=MAX_UNITS)]
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+class MetadataDoc(_Doc):
+    name: NonEmpty = Field(examples=["my-cluster"])
+    # Accepted so that Kubernetes manifests load unchanged; not used by rackscale.
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+# ------------------------------------------------------------------------------- clusters: seed form
+class SeedSpecDoc(_Doc):
+    gpu_type: NonEmpty = Field(examples=["A100"])
+    gpu_count: int = Field(ge=1, examples=[72])
+    nvlink: Toggle = True
+    rdma: Toggle = True
+    gpus_per_node: int = Field(SEED_GPUS_PER_NODE, ge=1, le=64)
+    nodes_per_rack: int | None = Field(None, ge=1, le=1024)  # None: 18, or 1 with nvlink disabled
+    price_per_gpu_hour: float | None = Field(None, ge=0)
+
+
+class SeedClusterDoc(_Doc):
+    api_version: Literal["nvidia.com/v1"] = Field(examples=["nvidia.com/v1"])
+    kind: Literal["GpuCluster"]
+    metadata: MetadataDoc
+    spec: SeedSpecDoc
+
+
+# ------------------------------------------------------------------------------- clusters: rich form
+class LevelDoc(_Doc):
+    name: NonEmpty = Field(examples=["rack"])
+    label_key: NonEmpty = Field(examples=["nvidia.com/gpu.clique"])
+
+
+class ClusterTopologyDoc(_Doc):
+    levels: list[LevelDoc] | None = Field(
+        None, min_length=3, max_length=3, description="give exactly 3 levels (region, rack, node), coarsest first"
+    )
+
+
+class NodeDoc(_Doc):
+    cpu: float = Field(144.0, gt=0, le=1e6, examples=[144])  # cores
+    memory_gib: float = Field(1024.0, gt=0, le=1e9, alias="memoryGiB", examples=[1024])
+
+    @property
+    def cpu_milli(self) -> int:
+        return round(self.cpu * 1000)
+
+    @property
+    def memory_mib(self) -> int:
+        return round(self.memory_gib * 1024)
+
+
+class TierDoc(_Doc):
+    bandwidth_gbps: float | None = Field(None, gt=0, examples=[400])  # None: the tier's default
+    latency_us: float | None = Field(None, ge=0, examples=[5])
+
+
+class TiersDoc(_Doc):
+    nvlink: TierDoc | None = None
+    rdma: TierDoc | None = None
+    backbone: TierDoc | None = None
+
+
+class PricingDoc(_Doc):
+    per_gpu_hour: float = Field(20.0, ge=0, examples=[20])
+    currency: NonEmpty = "CNY"
+
+
+class PoolDoc(_Doc):
+    name: NonEmpty = Field(examples=["h100"])
+    gpu_type: NonEmpty = Field(examples=["H100"])
+    region: NonEmpty = "region-0"
+    racks: int = Field(ge=1, le=100_000, examples=[2])
+    nodes_per_rack: int = Field(SEED_NODES_PER_RACK, ge=1, le=1024)
+    gpus_per_node: int = Field(SEED_GPUS_PER_NODE, ge=1, le=64)
+    node: NodeDoc = Field(default_factory=NodeDoc)
+
+
+class ClusterSpecDoc(_Doc):
+    topology: ClusterTopologyDoc | None = None
+    # Uniform form (all None: 1 region x 4 racks x 18 nodes x 4 GB200 GPUs) ...
+    regions: int | None = Field(None, ge=1, le=1024)
+    racks_per_region: int | None = Field(None, ge=1, le=100_000)
+    nodes_per_rack: int | None = Field(None, ge=1, le=1024)
+    gpus_per_node: int | None = Field(None, ge=1, le=64)
+    gpu_type: NonEmpty | None = None
+    node: NodeDoc | None = None
+    # ... or heterogeneous pools, one GPU model each.
+    pools: list[PoolDoc] | None = Field(None, min_length=1, description="list at least one pool, or remove pools")
+    tiers: TiersDoc | None = None
+    spines_per_region: int = Field(4, ge=1, le=1024)
+    uplinks_per_rack: int | None = Field(None, ge=1, le=1_000_000)
+    pricing: PricingDoc | None = None
+
+
+class ClusterDoc(_Doc):
+    api_version: Literal["rackscale.io/v1"] = Field(examples=["rackscale.io/v1"])
+    kind: Literal["Cluster"]
+    metadata: MetadataDoc
+    spec: ClusterSpecDoc = Field(examples=["{regions: 1, racksPerRegion: 4}"])
+
+
+# ------------------------------------------------------------------------------- jobs
+LevelName = Literal["rack", "region"]
+
+
+class JobTopologyDoc(_Doc):
+    required: LevelName | None = None  # absent keys take the job kind's default, see specs._DEFAULT_TOPOLOGY
+    preferred: LevelName | None = None
+
+
+class CommDoc(_Doc):
+    bytes_per_step: float = Field(0.0, ge=0)
+    compute_seconds_per_step: float = Field(1.0, gt=0)
+    collective: Literal["ring", "hierarchical"] = "ring"
+
+
+class JobBodyDoc(_Doc):
+    kind: Literal["training", "inference", "batch"] = Field(examples=["training"])
+    # Sizing; which fields a kind accepts is checked in specs._SIZING.
+    gpus: int | None = Field(None, ge=0, le=MAX_UNITS, examples=[8])
+    gpus_per_worker: Count | None = None
+    replicas: Count | None = None
+    gpus_per_replica: int | None = Field(None, ge=0, le=MAX_UNITS)
+    min_replicas: Count | None = None
+    max_replicas: Count | None = None
+    tasks: Count | None = None
+    gpu_milli: int | None = Field(None, ge=1, le=999, examples=[500])
+    # Per unit (worker, replica or task).
+    cpu: float | None = Field(None, ge=0, le=1e6)
+    cpu_milli: int | None = Field(None, ge=0, le=10**9)
+    memory: Memory = None
+    gpu_models: list[NonEmpty] | None = Field(
+        None, min_length=1, description="list at least one model, or remove gpuModels to accept any"
+    )
+    # Scheduling.
+    priority: int | None = Field(None, ge=-(2**31), le=2**31 - 1)
+    priority_class_name: NonEmpty | None = None
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+    preemptible: bool = True
+    queue: NonEmpty = "default"
+    topology: JobTopologyDoc | None = None
+    comm: CommDoc | None = None
+    checkpoint_interval_seconds: float | None = Field(None, gt=0)
+    duration_estimate_seconds: float | None = Field(None, gt=0)
+    submit_time: float = Field(0.0, ge=0)
+
+
+class FlatJobDoc(JobBodyDoc):
+    name: NonEmpty = Field(examples=["train-1"])
+
+
+class K8sJobDoc(_Doc):
+    api_version: Literal["rackscale.io/v1"] = Field(examples=["rackscale.io/v1"])
+    kind: Literal["Job"]
+    metadata: MetadataDoc
+    spec: JobBodyDoc

@@ -1,0 +1,376 @@
+"""Cluster and job specs: validate plain documents (already parsed from YAML/JSON) into model values.
+
+Pure: no file I/O and no YAML here (``rackscale.loaders`` reads files). Validation happens in two passes:
+pydantic checks the shape, types and ranges of a document (models in :mod:`rackscale.model.spec_docs`),
+then plain code checks the rules that span fields. Every failure becomes one :class:`SpecError` listing
+*all* the problems found, each with a field path and a fix, so a user can correct a file in one go.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from rackscale.model import spec_docs as d
+from rackscale.model.spec_errors import SpecError, SpecProblem, problems_from_validation
+from rackscale.model.topology import (
+    DEFAULT_BACKBONE,
+    DEFAULT_LEVELS,
+    DEFAULT_NVLINK,
+    DEFAULT_RDMA,
+    GPUCluster,
+    LinkTier,
+    LinkTiers,
+    NodeDecl,
+    Pricing,
+    TopologyLevel,
+)
+from rackscale.model.workload import (
+    BUILTIN_PRIORITY_CLASSES,
+    CommProfile,
+    JobKind,
+    JobSpec,
+    Level,
+    PreemptionPolicy,
+    Resources,
+    TopologyConstraint,
+)
+
+__all__ = ["CLUSTER_KINDS", "MAX_CLUSTER_NODES", "SpecError", "SpecProblem", "cluster_from_dict", "job_from_dict"]
+
+# Building the model is linear in nodes; the cap keeps a typo (an extra zero or two) from eating memory.
+MAX_CLUSTER_NODES = 262_144
+
+# The `kind`s of cluster documents: the seed's resource and rackscale's own form.
+CLUSTER_KINDS = ("GpuCluster", "Cluster")
+
+# The seed form with `rdma: disabled`: commodity Ethernet between racks instead of the RDMA fabric.
+TCP_TIER = LinkTier("tcp", 25.0, 30.0)
+
+Loc = tuple[str | int, ...]
+_M = TypeVar("_M", bound=BaseModel)
+
+
+@dataclass(slots=True)
+class _Problems:
+    """Collects cross-field problems under a path prefix (``spec`` for Kubernetes-style documents)."""
+
+    prefix: Loc
+    items: list[SpecProblem]
+
+    def add(self, loc: Loc, message: str, fix: str = "") -> None:
+        self.items.append(SpecProblem(self.prefix + loc, message, fix))
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise SpecError(self.items)
+
+
+def _validate(model: type[_M], doc: Mapping[str, Any]) -> _M:
+    try:
+        return model.model_validate(dict(doc))
+    except ValidationError as err:
+        raise SpecError(problems_from_validation(err, model)) from None
+
+
+def _require_mapping(doc: object, what: str, example: str) -> Mapping[str, Any]:
+    if not isinstance(doc, Mapping):
+        raise SpecError([SpecProblem((), f"expected a {what} (key: value pairs), got {type(doc).__name__}", example)])
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------- clusters
+def cluster_from_dict(doc: Mapping[str, Any]) -> GPUCluster:
+    """Validate a ``GpuCluster`` (seed) or ``Cluster`` (rackscale) document into a :class:`GPUCluster`.
+
+    Raises :class:`SpecError` listing every problem found; never anything else.
+    """
+    doc = _require_mapping(doc, "cluster document", "start with `apiVersion: rackscale.io/v1` and `kind: Cluster`")
+    kind = doc.get("kind")
+    kinds = dict(zip(CLUSTER_KINDS, (_seed_cluster, _rich_cluster), strict=True))
+    if kind is None:
+        raise SpecError(
+            [SpecProblem(("kind",), "required field is missing", "add `kind: Cluster` or `kind: GpuCluster`")]
+        )
+    if not isinstance(kind, str) or kind not in kinds:
+        raise SpecError(
+            [SpecProblem(("kind",), f"unknown kind {kind!r}", f"use one of: {', '.join(kinds)} (case matters)")]
+        )
+    return kinds[kind](doc)
+
+
+def _build(make: Callable[[], GPUCluster]) -> GPUCluster:
+    # from_nodes raises ValueError for inconsistent layouts; the spec checks should prevent them, but a
+    # raw ValueError must never escape, so report it at `spec` rather than crash.
+    try:
+        return make()
+    except ValueError as err:
+        raise SpecError([SpecProblem(("spec",), f"cannot build the cluster: {err}")]) from None
+
+
+def _seed_cluster(doc: Mapping[str, Any]) -> GPUCluster:
+    res = _validate(d.SeedClusterDoc, doc)
+    s, out = res.spec, _Problems(("spec",), [])
+    gpn = s.gpus_per_node
+    if s.gpu_count % gpn:
+        lo, hi = s.gpu_count // gpn * gpn, (s.gpu_count // gpn + 1) * gpn
+        eg = f"{lo} or {hi}" if lo else str(hi)
+        out.add(
+            ("gpuCount",), f"{s.gpu_count} GPUs do not fill whole nodes of {gpn}", f"use a multiple of {gpn}, e.g. {eg}"
+        )
+    if not s.nvlink and s.nodes_per_rack is not None and s.nodes_per_rack != 1:
+        out.add(
+            ("nodesPerRack",),
+            "conflicts with `nvlink: disabled` (each node is then its own NVLink domain)",
+            "remove nodesPerRack, or set `nvlink: enabled`",
+        )
+    if s.gpu_count // gpn > MAX_CLUSTER_NODES:
+        out.add(("gpuCount",), f"more than {MAX_CLUSTER_NODES} nodes", "check for an extra digit")
+    out.raise_if_any()
+    nodes_per_rack = (s.nodes_per_rack or d.SEED_NODES_PER_RACK) if s.nvlink else 1
+    return _build(
+        partial(
+            GPUCluster.uniform,
+            name=res.metadata.name,
+            racks_per_region=math.ceil(s.gpu_count / (nodes_per_rack * gpn)),
+            nodes_per_rack=nodes_per_rack,
+            gpus_per_node=gpn,
+            gpu_model=s.gpu_type,
+            total_gpus=s.gpu_count,
+            tiers=LinkTiers(rdma=DEFAULT_RDMA if s.rdma else TCP_TIER),
+            pricing=Pricing() if s.price_per_gpu_hour is None else Pricing(per_gpu_hour=s.price_per_gpu_hour),
+        )
+    )
+
+
+def _tier(doc: d.TierDoc | None, default: LinkTier) -> LinkTier:
+    if doc is None:
+        return default
+    bw = default.bandwidth_gbps if doc.bandwidth_gbps is None else doc.bandwidth_gbps
+    lat = default.latency_us if doc.latency_us is None else doc.latency_us
+    return LinkTier(default.name, bw, lat)
+
+
+def _levels(spec: d.ClusterSpecDoc, out: _Problems) -> tuple[TopologyLevel, ...]:
+    if spec.topology is None or spec.topology.levels is None:
+        return DEFAULT_LEVELS
+    docs = spec.topology.levels
+    for field in ("name", "label_key"):
+        seen: dict[str, int] = {}
+        for i, lv in enumerate(docs):
+            value = getattr(lv, field)
+            if value in seen:
+                key = "name" if field == "name" else "labelKey"
+                out.add(
+                    ("topology", "levels", i, key),
+                    f"{value!r} repeats levels[{seen[value]}]",
+                    "each level needs its own",
+                )
+            seen.setdefault(value, i)
+    return tuple(TopologyLevel(lv.name, lv.label_key) for lv in docs)
+
+
+_UNIFORM_FIELDS = ("regions", "racks_per_region", "nodes_per_rack", "gpus_per_node", "gpu_type", "node")
+
+
+def _rich_cluster(doc: Mapping[str, Any]) -> GPUCluster:
+    res = _validate(d.ClusterDoc, doc)
+    s, out = res.spec, _Problems(("spec",), [])
+    levels = _levels(s, out)
+    t = s.tiers or d.TiersDoc()
+    common: dict[str, Any] = {
+        "name": res.metadata.name,
+        "levels": levels,
+        "tiers": LinkTiers(
+            _tier(t.nvlink, DEFAULT_NVLINK), _tier(t.rdma, DEFAULT_RDMA), _tier(t.backbone, DEFAULT_BACKBONE)
+        ),
+        "pricing": Pricing(s.pricing.per_gpu_hour, s.pricing.currency) if s.pricing else Pricing(),
+        "spines_per_region": s.spines_per_region,
+        "uplinks_per_rack": s.uplinks_per_rack,
+    }
+    if s.pools is None:
+        nodes = (
+            (s.regions or 1)
+            * (s.racks_per_region or d.RICH_RACKS_PER_REGION)
+            * (s.nodes_per_rack or d.SEED_NODES_PER_RACK)
+        )
+        if nodes > MAX_CLUSTER_NODES:
+            out.add(
+                ("racksPerRegion",), f"{nodes} nodes in all, more than {MAX_CLUSTER_NODES}", "check for an extra digit"
+            )
+        out.raise_if_any()
+        node = s.node or d.NodeDoc()
+        return _build(
+            partial(
+                GPUCluster.uniform,
+                regions=s.regions or 1,
+                racks_per_region=s.racks_per_region or d.RICH_RACKS_PER_REGION,
+                nodes_per_rack=s.nodes_per_rack or d.SEED_NODES_PER_RACK,
+                gpus_per_node=s.gpus_per_node or d.SEED_GPUS_PER_NODE,
+                gpu_model=s.gpu_type or d.RICH_GPU_TYPE,
+                cpu_milli=node.cpu_milli,
+                memory_mib=node.memory_mib,
+                **common,
+            )
+        )
+    # Heterogeneous: uniform sizing fields would be ambiguous next to pools, so they are refused.
+    for attr in _UNIFORM_FIELDS:
+        if attr in s.model_fields_set:
+            key = d.ClusterSpecDoc.model_fields[attr].alias or attr
+            out.add((key,), "cannot be combined with `pools`", f"set {key} on each pool, or drop `pools`")
+    names: dict[str, int] = {}
+    for i, pool in enumerate(s.pools):
+        if pool.name in names:
+            out.add(
+                ("pools", i, "name"),
+                f"pool name {pool.name!r} repeats pools[{names[pool.name]}]",
+                "give each pool its own name",
+            )
+        names.setdefault(pool.name, i)
+    if sum(p.racks * p.nodes_per_rack for p in s.pools) > MAX_CLUSTER_NODES:
+        out.add(
+            ("pools",), f"more than {MAX_CLUSTER_NODES} nodes in all", "check racks and nodesPerRack for an extra digit"
+        )
+    out.raise_if_any()
+    decls = [
+        NodeDecl(
+            name=f"{p.name}-r{r:03d}-n{n:02d}",
+            rack=f"{p.name}-r{r:03d}",
+            region=p.region,
+            gpus=p.gpus_per_node,
+            gpu_model=p.gpu_type,
+            cpu_milli=p.node.cpu_milli,
+            memory_mib=p.node.memory_mib,
+        )
+        for p in s.pools
+        for r in range(p.racks)
+        for n in range(p.nodes_per_rack)
+    ]
+    return _build(partial(GPUCluster.from_nodes, decls, **common))
+
+
+# ---------------------------------------------------------------------------------------------- jobs
+# The sizing fields each job kind understands; the others are refused so that a typo'd kind is caught.
+_SIZING: dict[str, tuple[str, ...]] = {
+    "training": ("gpus", "gpusPerWorker"),
+    "inference": ("replicas", "gpusPerReplica", "minReplicas", "maxReplicas", "gpuMilli"),
+    "batch": ("gpus", "tasks", "gpuMilli"),
+}
+_DEFAULT_TOPOLOGY = {
+    "training": TopologyConstraint(required=None, preferred=Level.RACK),
+    "inference": TopologyConstraint(required=Level.RACK, preferred=Level.RACK),
+    "batch": TopologyConstraint(required=None, preferred=None),
+}
+
+
+def job_from_dict(doc: Mapping[str, Any], *, priority_classes: Mapping[str, int] | None = None) -> JobSpec:
+    """Validate a job document (flat, or Kubernetes-style ``kind: Job``) into a :class:`JobSpec`.
+
+    ``priority_classes`` adds to (and may override) :data:`BUILTIN_PRIORITY_CLASSES`.
+    Raises :class:`SpecError` listing every problem found; never anything else.
+    """
+    doc = _require_mapping(doc, "job document", "e.g. {name: train-1, kind: training, gpus: 8}")
+    # A Kubernetes-style document is recognised by its envelope; in the flat form `kind` is the job kind.
+    if "apiVersion" in doc or "spec" in doc or doc.get("kind") == "Job":
+        k8s = _validate(d.K8sJobDoc, doc)
+        return _job(k8s.metadata.name, k8s.spec, ("spec",), priority_classes)
+    flat = _validate(d.FlatJobDoc, doc)
+    return _job(flat.name, flat, (), priority_classes)
+
+
+def _unit(b: d.JobBodyDoc, out: _Problems) -> tuple[int, int, int]:
+    """Check the sizing fields of ``b``; return (whole GPUs per unit, milli-GPU per unit, units)."""
+    kind = b.kind
+    given = {type(b).model_fields[f].alias or f for f in b.model_fields_set}
+    for key in sorted(given & (set().union(*_SIZING.values()) - set(_SIZING[kind]))):
+        out.add((key,), f"not used by {kind} jobs", f"{kind} jobs are sized with {', '.join(_SIZING[kind])}; remove it")
+    milli = b.gpu_milli or 0
+    if kind == "training":
+        per = b.gpus_per_worker or 1
+        if b.gpus is None:
+            out.add(("gpus",), "required for training jobs", "give the total GPUs of the gang, e.g. gpus: 8")
+            return per, 0, 1
+        if b.gpus == 0 or b.gpus % per:
+            lo, hi = b.gpus // per * per, (b.gpus // per + 1) * per
+            eg = f"{lo} or {hi}" if lo else str(hi)
+            fix = f"use a multiple of {per}, e.g. {eg}, or change gpusPerWorker"
+            out.add(("gpus",), f"{b.gpus} is not a positive multiple of gpusPerWorker ({per})", fix)
+        return per, 0, max(1, b.gpus // per)
+    whole_key, whole = ("gpusPerReplica", b.gpus_per_replica) if kind == "inference" else ("gpus", b.gpus)
+    if milli and whole:
+        out.add(
+            ("gpuMilli",),
+            f"a GPU share needs 0 whole GPUs per unit, but {whole_key} is {whole}",
+            f"set {whole_key}: 0 or remove gpuMilli",
+        )
+    gpus = (0 if milli else 1) if whole is None else whole
+    if gpus == 0 and not milli:
+        out.add(
+            (whole_key,), "a unit with no GPU and no gpuMilli asks for nothing", f"set {whole_key} >= 1, or gpuMilli"
+        )
+    # An inference service without `replicas` starts at its minimum size.
+    units = (b.replicas or b.min_replicas if kind == "inference" else b.tasks) or 1
+    if b.min_replicas is not None and b.min_replicas > units:
+        out.add(("minReplicas",), f"{b.min_replicas} is more than replicas ({units})", f"use at most {units}")
+    if b.max_replicas is not None and b.max_replicas < units:
+        out.add(("maxReplicas",), f"{b.max_replicas} is less than replicas ({units})", f"use at least {units}")
+    return gpus, milli, units
+
+
+def _priority(b: d.JobBodyDoc, classes: Mapping[str, int] | None, out: _Problems) -> int:
+    known = {**BUILTIN_PRIORITY_CLASSES, **(classes or {})}
+    if b.priority_class_name is None:
+        return b.priority or 0
+    if b.priority is not None:
+        out.add(("priority",), "given together with priorityClassName", "keep one of priority and priorityClassName")
+    if b.priority_class_name not in known:
+        listing = ", ".join(f"{k} ({v})" for k, v in sorted(known.items(), key=lambda kv: -kv[1]))
+        out.add(("priorityClassName",), f"unknown priority class {b.priority_class_name!r}", f"use one of: {listing}")
+        return 0
+    return known[b.priority_class_name]
+
+
+def _job(name: str, b: d.JobBodyDoc, prefix: Loc, classes: Mapping[str, int] | None) -> JobSpec:
+    out = _Problems(prefix, [])
+    gpus, milli, units = _unit(b, out)
+    priority = _priority(b, classes, out)
+    if b.cpu is not None and b.cpu_milli is not None:
+        out.add(
+            ("cpuMilli",), "given together with cpu", "keep one: cpu is in cores (0.5), cpuMilli in thousandths (500)"
+        )
+    out.raise_if_any()
+    topo = _DEFAULT_TOPOLOGY[b.kind]
+    if b.topology is not None:
+        given = b.topology.model_fields_set
+        req = b.topology.required if "required" in given else (topo.required and topo.required.value)
+        pref = b.topology.preferred if "preferred" in given else (topo.preferred and topo.preferred.value)
+        topo = TopologyConstraint(Level(req) if req else None, Level(pref) if pref else None)
+    comm = b.comm or d.CommDoc()
+    return JobSpec(
+        name=name,
+        kind=JobKind(b.kind),
+        unit=Resources(
+            gpus=gpus,
+            gpu_milli=milli,
+            cpu_milli=b.cpu_milli if b.cpu_milli is not None else round((b.cpu or 0.0) * 1000),
+            memory_mib=b.memory or 0,
+            gpu_models=frozenset(b.gpu_models) if b.gpu_models is not None else None,
+        ),
+        units=units,
+        min_units=b.min_replicas or 0,
+        max_units=b.max_replicas or 0,
+        priority=priority,
+        preemption_policy=PreemptionPolicy(b.preemption_policy),
+        preemptible=b.preemptible,
+        queue=b.queue,
+        topology=topo,
+        comm=CommProfile(comm.bytes_per_step, comm.compute_seconds_per_step, comm.collective),
+        checkpoint_interval_s=b.checkpoint_interval_seconds,
+        duration_estimate_s=b.duration_estimate_seconds,
+        submit_time=b.submit_time,
+    )

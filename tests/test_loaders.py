@@ -1,0 +1,257 @@
+"""Reading specs from files and text: layouts, the example files, and errors that name file and line."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rackscale.loaders import (
+    SpecError,
+    load_any,
+    load_cluster,
+    load_jobs,
+    parse_cluster_text,
+    parse_jobs_text,
+)
+from rackscale.model.topology import GPUCluster
+from rackscale.model.workload import JobKind, JobSpec
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+SEED_TEXT = """\
+apiVersion: nvidia.com/v1
+kind: GpuCluster
+metadata:
+  name: high-perf-cluster
+spec:
+  gpuType: A100
+  gpuCount: 72
+  nvlink: enabled
+  rdma: enabled
+"""
+
+
+def dedent(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def test_seed_example_is_the_seed_resource_verbatim() -> None:
+    assert (EXAMPLES / "seed-gpucluster.yaml").read_text() == SEED_TEXT
+
+
+# ------------------------------------------------------------------------------------------ examples
+@pytest.mark.parametrize(
+    ("file", "name", "gpus", "regions", "racks", "models"),
+    [
+        ("seed-gpucluster.yaml", "high-perf-cluster", 72, 1, 1, ("A100",)),
+        ("cluster-nvl72.yaml", "nvl72-2x4", 576, 2, 8, ("GB200",)),
+        ("cluster-hetero.yaml", "hetero", 240, 2, 14, ("A100", "GB200", "H100")),
+    ],
+    ids=["seed", "nvl72", "hetero"],
+)
+def test_example_clusters(file: str, name: str, gpus: int, regions: int, racks: int, models: tuple[str, ...]) -> None:
+    c = load_cluster(EXAMPLES / file)
+    assert (c.name, c.total_gpus, len(c.regions), len(c.racks), c.gpu_models) == (name, gpus, regions, racks, models)
+    assert load_any(EXAMPLES / file) == c
+
+
+@pytest.mark.parametrize(
+    ("file", "kind", "units", "gpu_demand_milli", "priority"),
+    [
+        ("train-72.yaml", JobKind.TRAINING, 18, 72_000, 1_000_000),
+        ("inference.yaml", JobKind.INFERENCE, 8, 8_000, 10_000),
+        ("batch-shared.yaml", JobKind.BATCH, 16, 8_000, -1000),
+    ],
+    ids=["train-72", "inference", "batch-shared"],
+)
+def test_example_jobs(file: str, kind: JobKind, units: int, gpu_demand_milli: int, priority: int) -> None:
+    [job] = load_jobs(EXAMPLES / file)
+    assert (job.kind, job.units, job.gpu_demand_milli, job.priority) == (kind, units, gpu_demand_milli, priority)
+    assert load_any(EXAMPLES / file) == [job]
+
+
+def test_example_details() -> None:
+    [train] = load_jobs(EXAMPLES / "train-72.yaml")
+    assert train.comm.bytes_per_step == 2e10  # YAML 1.1 would read `2.0e10` as a string
+    [serve] = load_jobs(EXAMPLES / "inference.yaml")
+    assert (serve.min_units, serve.max_units, serve.unit.gpus) == (2, 16, 1)
+    [shared] = load_jobs(EXAMPLES / "batch-shared.yaml")
+    assert (shared.unit.gpus, shared.unit.gpu_milli) == (0, 500)
+
+
+# ------------------------------------------------------------------------------------------ layouts
+JOB_A = {"name": "a", "kind": "training", "gpus": 8}
+JOB_B = {"apiVersion": "rackscale.io/v1", "kind": "Job", "metadata": {"name": "b"}, "spec": {"kind": "batch"}}
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        (yaml.safe_dump(JOB_A), ["a"]),
+        (yaml.safe_dump_all([JOB_A, JOB_B]), ["a", "b"]),
+        ("---\n" + yaml.safe_dump_all([JOB_A, None, JOB_B]) + "---\n", ["a", "b"]),
+        (yaml.safe_dump([JOB_A, JOB_B]), ["a", "b"]),
+        (yaml.safe_dump({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": [JOB_A, JOB_B]}), ["a", "b"]),
+        (json.dumps(JOB_A), ["a"]),
+        (json.dumps([JOB_A, JOB_B], indent="\t"), ["a", "b"]),
+        ("", []),
+        ("# nothing here\n", []),
+        ("{name: a, kind: training, gpus: 8}", ["a"]),  # YAML flow style, not JSON
+    ],
+    ids=["one", "stream", "stream-empty-docs", "list", "k8s-List", "json", "json-tabs", "empty", "comment", "flow"],
+)
+def test_job_layouts(text: str, names: list[str]) -> None:
+    assert [j.name for j in parse_jobs_text(text)] == names
+
+
+def test_priority_classes_reach_file_loading(tmp_path: Path) -> None:
+    f = tmp_path / "j.yaml"
+    f.write_text(yaml.safe_dump({**JOB_A, "priorityClassName": "gold"}))
+    assert load_jobs(f, priority_classes={"gold": 7})[0].priority == 7
+    with pytest.raises(SpecError, match="unknown priority class 'gold'"):
+        load_jobs(f)
+
+
+def test_cluster_from_json_text() -> None:
+    doc = yaml.safe_load(SEED_TEXT)
+    assert parse_cluster_text(json.dumps(doc, indent=2)) == parse_cluster_text(SEED_TEXT)
+
+
+# ------------------------------------------------------------------------------------------ errors
+CLUSTER_BAD = """
+apiVersion: rackscale.io/v1
+kind: Cluster
+metadata:
+  name: c
+spec:
+  regions: 2
+  tiers:
+    rdma:
+      bandwidthGbps: -100
+  pools:
+    - name: a
+      gpuType: H100
+"""
+JOBS_BAD = """
+name: ok
+kind: batch
+---
+apiVersion: rackscale.io/v1
+kind: Job
+metadata:
+  name: bad
+spec:
+  kind: training
+  gpus: 12
+  gpusPerWorker: 8
+---
+name: ok
+kind: batch
+"""
+# (parser, text, lines of str(SpecError) expected, in order, each as a prefix)
+TEXT_ERRORS = [
+    (parse_cluster_text, "kind: Cluster\n  bad: [", ["f.yaml:2: invalid YAML: mapping values are not allowed"]),
+    (parse_cluster_text, CLUSTER_BAD, [
+        "f.yaml:11: spec.pools[0].racks: required field is missing",
+        "f.yaml:9: spec.tiers.rdma.bandwidthGbps: must be > 0, got -100",
+    ]),
+    (parse_cluster_text, SEED_TEXT.replace("72", "70"), ["f.yaml:7: spec.gpuCount: 70 GPUs do not fill whole nodes"]),
+    (parse_cluster_text, SEED_TEXT.replace("  rdma", "  rdmaa"), ["f.yaml:9: spec.rdmaa: unknown field"]),
+    (parse_cluster_text, SEED_TEXT.replace("  name: high-perf-cluster\n", ""), ["f.yaml:3: metadata: must be"]),
+    (parse_cluster_text, "", ["f.yaml: no cluster document found"]),
+    (parse_cluster_text, SEED_TEXT + "---\n" + SEED_TEXT, ["f.yaml:11: expected one cluster document, found 2"]),
+    (parse_cluster_text, '{"kind": "Cluster",\n "spec": {]}', ["f.yaml:2: invalid JSON: Expecting property name"]),
+    (parse_cluster_text, "- 1\n- 2\n", ["f.yaml:1: expected a cluster document (key: value pairs), got list"]),
+    (parse_jobs_text, JOBS_BAD, [
+        "f.yaml:10: [1].spec.gpus: 12 is not a positive multiple of gpusPerWorker (8)",
+        "f.yaml:13: [2].name: job name 'ok' is already used by [0]",
+    ]),
+    (parse_jobs_text, "kind: List\nitems: {}\n", ["f.yaml:2: items: must be a list of jobs"]),
+    (parse_jobs_text, "kind: List\nextra: 1\nitems: [{name: a, kind: batch, gpuMilli: 0}]\n", [
+        "f.yaml:2: extra: unknown field",
+        "f.yaml:3: items[0].gpuMilli: must be >= 1",
+    ]),
+    (parse_jobs_text, "- 3\n- {name: a, kind: batch}\n", ["f.yaml:1: [0]: expected a job document"]),
+    (parse_jobs_text, "submitTime: 2024-13-01\n", ["f.yaml: invalid YAML: month must be in 1..12"]),
+    (parse_jobs_text, "name: x\nkind: batch\nsubmitTime: 2024-01-01\n", ["f.yaml:3: submitTime: must be a number"]),
+    (parse_jobs_text, "a: !!python/object:os.system ls\n", ["f.yaml:1: invalid YAML: could not determine"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "lines"),
+    TEXT_ERRORS,
+    ids=[
+        "yaml-syntax", "cluster-fields", "seed-count", "seed-typo", "seed-metadata-null", "cluster-empty",
+        "cluster-two-docs", "json-syntax", "cluster-list", "jobs-stream", "list-items", "list-extra",
+        "jobs-scalar-item", "bad-date", "date-as-time", "python-tag",
+    ],
+)  # fmt: skip
+def test_errors_name_file_line_and_path(parse: Any, text: str, lines: list[str]) -> None:
+    with pytest.raises(SpecError) as info:
+        parse(dedent(text) if text.startswith("\n") else text, source="f.yaml")
+    got = str(info.value).splitlines()
+    assert len(got) == len(lines), str(info.value)
+    for line, prefix in zip(got, lines, strict=True):
+        assert line.startswith(prefix), f"{line!r} does not start with {prefix!r}"
+        assert "(fix: " in line
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda d: d / "missing.yaml", "missing.yaml: file not found"),
+        (lambda d: d, "cannot read"),
+        (lambda d: (d / "bin.yaml").write_bytes(b"kind: \xff\xfe") and d / "bin.yaml", "bin.yaml: not UTF-8 text"),
+    ],
+    ids=["missing", "directory", "not-utf8"],
+)
+def test_file_errors(tmp_path: Path, setup: Any, message: str) -> None:
+    path = setup(tmp_path)
+    for load in (load_cluster, load_jobs, load_any):
+        with pytest.raises(SpecError, match=message) as info:
+            load(path)
+        assert str(path) in str(info.value)
+
+
+# ------------------------------------------------------------------------------------------ properties
+json_like = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+# Pieces of YAML syntax (and two characters YAML refuses) to splice into otherwise valid text.
+yaml_bits = st.sampled_from([*":-[]{}#&*!|>'\"%@`,?\t\n ", "---\n", "kind: ", "spec:\n  ", "\xff", "\x00"])
+
+
+@st.composite
+def yamlish(draw: st.DrawFn) -> str:
+    """YAML text: a valid spec with random edits, a dump of random data, or random characters."""
+    base = draw(st.sampled_from([SEED_TEXT, yaml.safe_dump(JOB_A), yaml.safe_dump_all([JOB_A, JOB_B])]))
+    base = draw(st.sampled_from([base, yaml.safe_dump(draw(json_like)), ""]))
+    for _ in range(draw(st.integers(0, 4))):
+        at = draw(st.integers(0, len(base)))
+        cut = draw(st.integers(0, 3))
+        base = base[:at] + draw(st.lists(yaml_bits, max_size=3).map("".join) | st.text(max_size=3)) + base[at + cut :]
+    return base
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(yamlish())
+def test_any_text_gives_a_value_or_a_spec_error(text: str) -> None:
+    try:
+        assert isinstance(parse_cluster_text(text), GPUCluster)
+    except SpecError as err:
+        assert err.problems and err.source == "<string>"
+    try:
+        jobs = parse_jobs_text(text)
+        assert all(isinstance(j, JobSpec) for j in jobs)
+    except SpecError as err:
+        assert err.problems and err.source == "<string>"
