@@ -1,6 +1,7 @@
 """The pure model: topology, workload, placement and live cluster state. No I/O, no clock."""
 
 from rackscale.model.placement import NodeAlloc, Placement
+from rackscale.model.specs import SpecError, SpecProblem, cluster_from_dict, job_from_dict
 from rackscale.model.state import AllocationError, ClusterState, RunningJob, Transaction, Usage
 from rackscale.model.topology import (
     MILLI_PER_GPU,
@@ -50,11 +51,15 @@ __all__ = [
     "Region",
     "Resources",
     "RunningJob",
+    "SpecError",
+    "SpecProblem",
     "TopologyConstraint",
     "TopologyLevel",
     "Transaction",
     "Usage",
     "batch",
+    "cluster_from_dict",
     "inference",
+    "job_from_dict",
     "training",
 ]
