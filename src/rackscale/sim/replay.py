@@ -117,7 +117,7 @@ def replay(
                 res.waits.append(now - spec.submit_time)
             gen = generation.get(spec.name, -1) + 1
             generation[spec.name] = gen
-            q.push(now + (spec.duration_estimate_s or 3600.0), EventKind.FINISH, spec.name, gen)
+            q.push(now + _duration(spec), EventKind.FINISH, spec.name, gen)
             _account_traffic(res, cluster, spec, p.placement)
     res.never_started = len(pending)
     res.makespan_s = last - (jobs[0].submit_time if jobs else 0.0)
@@ -130,6 +130,11 @@ def _account_traffic(res: ReplayResult, cluster: GPUCluster, spec: JobSpec, plac
         if len({cluster.nodes[a.node].rack for a in placement.allocs}) == 1:
             res.single_rack_gangs += 1
     t = traffic_for(cluster, spec=spec, placement=placement)
-    steps = (spec.duration_estimate_s or 3600.0) / max(spec.comm.compute_s_per_step, 1e-9)
+    steps = _duration(spec) / max(spec.comm.compute_s_per_step, 1e-9)
     res.nvlink_bytes += t.nvlink * steps
     res.all_bytes += (t.nvlink + t.rdma + t.backbone) * steps
+
+
+def _duration(spec: JobSpec) -> float:
+    """Run time in this replay: the estimate (0 is a valid estimate), an hour when there is none."""
+    return spec.duration_estimate_s if spec.duration_estimate_s is not None else 3600.0
