@@ -91,10 +91,11 @@ class ClusterState:
         self.max_node_gpus = max_node
         max_rack = max(r.gpus for r in cluster.racks)
         self.rack_index: dict[tuple[str, int], _Index] = {}
-        self.node_index: dict[str, _Index] = {m: _Index.sized(max_node) for m in cluster.gpu_models}
+        all_models = sorted({n.gpu_model for n in nodes})  # includes CPU-only nodes' model, if any
+        self.node_index: dict[str, _Index] = {m: _Index.sized(max_node) for m in all_models}
         self.rack_node_index: list[_Index] = [_Index.sized(r.gpus_per_node) for r in cluster.racks]
-        self.shared_nodes: dict[str, set[int]] = {m: set() for m in cluster.gpu_models}
-        self.model_free_whole: dict[str, int] = dict.fromkeys(cluster.gpu_models, 0)
+        self.shared_nodes: dict[str, set[int]] = {m: set() for m in all_models}
+        self.model_free_whole: dict[str, int] = dict.fromkeys(all_models, 0)
         # The largest rack per (model, region): its bucket holds the fully free racks.
         self.rack_capacity_of: dict[tuple[str, int], int] = {}
         for r in cluster.racks:

@@ -243,7 +243,7 @@ class GPUCluster:
         regions = tuple(
             Region(g, name_, tuple(r.index for r in racks if r.region == g)) for name_, g in region_ix.items()
         )
-        models = tuple(sorted({n.gpu_model for n in nodes}))
+        models = tuple(sorted({n.gpu_model for n in nodes if n.gpus > 0}))  # CPU-only nodes add no model
         return cls(
             name=name,
             regions=regions,

@@ -187,7 +187,11 @@ class TopologyPack:
         """CPU-only units go first to nodes whose GPUs are all taken, so GPU nodes keep their CPUs."""
         out: Allocs = []
         remaining = req.units
-        for n in nodes_ascending(state, req.models, 0):
+        indexes = list(state.node_index.values())  # every node, CPU-only ones included
+        order = (n for c in range(len(indexes[0].buckets)) for ix in indexes for n in ix.buckets[c])
+        for n in order:
+            if not req.rack_allowed(state.cluster.nodes[n].rack):
+                continue
             k = min(units_fit(state, n, req.unit), remaining)
             if k:
                 out.extend(take_units(state, n, req.unit, k))
