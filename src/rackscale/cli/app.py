@@ -29,7 +29,7 @@ def _mount_bench() -> None:
     app.add_typer(bench_app, name="bench", help="Benchmarks (placement speed and quality).")
 
 
-# _mount_bench()  # TEMP
+_mount_bench()
 
 
 def main() -> None:

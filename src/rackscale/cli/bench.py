@@ -1,0 +1,162 @@
+"""``rackscale bench``: benchmarks of the scheduling core (mounted by the main CLI as a sub-app)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rackscale.bench.placement import (
+    DEFAULT_GPUS,
+    DEFAULT_POLICIES,
+    QUICK_GPUS,
+    TARGETS,
+    check_targets,
+    run_benchmark,
+)
+from rackscale.scheduler import PROFILES
+
+app = typer.Typer(help="Benchmarks of the scheduling core: placement latency, throughput and memory at scale.")
+
+QUICK_DECISIONS = 300
+QUICK_PENDING = 200
+
+
+@app.callback()
+def _bench() -> None:
+    """Benchmarks of the scheduling core."""
+
+
+class _ProgressView:
+    """One progress bar per configuration, on stderr (stdout stays clean for ``--json``)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._tasks: dict[str, TaskID] = {}
+        self._phase: dict[str, str] = {}
+
+    def __call__(self, label: str, phase: str, done: int, total: int) -> None:
+        task = self._tasks.get(label)
+        if task is None:
+            task = self._tasks[label] = self._progress.add_task(label, total=total)
+        if self._phase.get(label) != phase:
+            self._phase[label] = phase
+            self._progress.reset(task, total=total, description=f"{label}: {phase}")
+        self._progress.update(task, completed=done)
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+ROWS: tuple[tuple[str, str, int], ...] = (
+    ("decisions/s", "decisions_per_s", 0),
+    ("p50 µs", "p50_us", 0),
+    ("p99 µs", "p99_us", 0),
+    ("p99 µs, jobs ≤ 72 GPUs", "p99_us_le72", 0),
+    ("p99 µs, jobs > 72 GPUs", "p99_us_gt72", 0),
+    ("backlog cycle ms", "cycle_10k_pending_ms", 1),
+    ("peak RSS MB", "peak_rss_mb", 0),
+    ("single-rack share (≤ 72)", "single_domain_share", 4),
+    ("placed", "placed", 0),
+    ("failed", "failed", 0),
+    ("mean allocation", "mean_utilisation", 3),
+)
+
+
+def render(result: dict[str, Any], *, console: Console) -> None:
+    """Metrics as rows, one column per (size, policy); the ``rackscale`` profile's targets marked."""
+    params = result["params"]
+    table = Table(
+        title=f"Placement benchmark: {params['decisions']:,} decisions per config, "
+        f"backlog cycle of {params['pending']:,} pending, seed {params['seed']}"
+    )
+    table.add_column("metric")
+    configs = [(size, policy, res) for size, by in result["results"].items() for policy, res in by.items()]
+    for size, policy, _ in configs:
+        table.add_column(f"{int(size):,} GPUs\n{policy}", justify="right")
+    table.add_column("target", justify="right")
+    met = {(size, metric): ok for size, metric, _goal, _got, ok in check_targets(result)}
+    for title, key, digits in ROWS:
+        cells = []
+        for size, policy, res in configs:
+            cell = _fmt(res.get(key), digits)
+            ok = met.get((size, key)) if policy == "rackscale" else None
+            cells.append(cell if ok is None else f"[green]{cell}[/]" if ok else f"[red]{cell}[/]")
+        target = f"{TARGETS[key][0]} {TARGETS[key][1]:g}" if key in TARGETS else ""
+        table.add_row(title, *cells, target)
+    console.print(table)
+    missed = [f"{metric} at {int(size):,} GPUs" for (size, metric), ok in met.items() if not ok]
+    console.print(
+        f"rackscale targets: {len(met) - len(missed)} met, {len(missed)} missed"
+        + (f" ({', '.join(missed)})" if missed else "")
+    )
+    m = result["machine"]
+    console.print(f"machine: {m.get('cpu_model')} ({m.get('cpu_count')} CPUs), Python {m.get('python')}")
+
+
+@app.command()
+def placement(
+    gpus: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--gpus",
+            help="Cluster size in GPUs, rounded to whole NVL72 racks (repeatable; default 10000 and 100000).",
+            min=72,
+        ),
+    ] = None,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option("--policy", help="Scheduler profile (repeatable; default rackscale and first-fit)."),
+    ] = None,
+    decisions: Annotated[
+        int | None,
+        typer.Option("--decisions", help="Timed decisions per config (default 20000; 300 with --quick).", min=1),
+    ] = None,
+    pending: Annotated[
+        int | None,
+        typer.Option(
+            "--pending", help="Pending jobs in the timed backlog cycle (default 10000; 200 with --quick).", min=1
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the job stream.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Small clusters and few decisions (for tests).")] = False,
+) -> None:
+    """Time placement decisions on a ~90 % full cluster of NVL72 racks, per cluster size and policy."""
+    policies = policy or list(DEFAULT_POLICIES)
+    for name in policies:
+        if name not in PROFILES:
+            raise typer.BadParameter(f"unknown policy {name!r}; choose from {', '.join(sorted(PROFILES))}")
+    sizes = gpus or list(QUICK_GPUS if quick else DEFAULT_GPUS)
+    n_decisions = decisions if decisions is not None else (QUICK_DECISIONS if quick else 20_000)
+    n_pending = pending if pending is not None else (QUICK_PENDING if quick else 10_000)
+    err = Console(stderr=True)
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as progress:
+        result = run_benchmark(
+            gpus=sizes,
+            policies=policies,
+            decisions=n_decisions,
+            pending=n_pending,
+            seed=seed,
+            progress=_ProgressView(progress),
+        )
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        render(result, console=Console())
