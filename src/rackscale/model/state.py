@@ -13,6 +13,7 @@ slice first, so a GPU can never be double-allocated; :class:`Transaction` undoes
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -90,7 +91,8 @@ class ClusterState:
         max_node = max(n.gpus for n in nodes)
         self.max_node_gpus = max_node
         max_rack = max(r.gpus for r in cluster.racks)
-        self.rack_index: dict[tuple[str, int], _Index] = {}
+        self.rack_index: dict[tuple[str, int], _Index] = {}  # per (model, region)
+        self.rack_index_all: dict[str, _Index] = {}  # per model, every region (the common query)
         all_models = sorted({n.gpu_model for n in nodes})  # includes CPU-only nodes' model, if any
         self.node_index: dict[str, _Index] = {m: _Index.sized(max_node) for m in all_models}
         self.rack_node_index: list[_Index] = [_Index.sized(r.gpus_per_node) for r in cluster.racks]
@@ -104,6 +106,7 @@ class ClusterState:
         for r in cluster.racks:
             ix = self.rack_index.setdefault((r.gpu_model, r.region), _Index.sized(max_rack))
             ix.move(r.index, None, r.gpus)
+            self.rack_index_all.setdefault(r.gpu_model, _Index.sized(max_rack)).move(r.index, None, r.gpus)
             self.model_free_whole[r.gpu_model] += r.gpus
         for n in nodes:
             self.node_index[n.gpu_model].move(n.index, None, n.gpus)
@@ -113,6 +116,9 @@ class ClusterState:
         self.node_jobs: list[set[str]] = [set() for _ in nodes]
         self.queue_usage: dict[str, Usage] = {}
         self.used_milli = 0
+        # How many running preemptible jobs hold each priority: a preemptor with no lower priority
+        # among them skips the victim search entirely.
+        self.preemptible_priorities: Counter[int] = Counter()
 
     # ------------------------------------------------------------------ per-node bookkeeping
     def _refresh(self, n: int) -> None:
@@ -141,6 +147,7 @@ class ClusterState:
             old_r = self.rack_whole[r]
             self.rack_whole[r] = old_r + whole - old
             ix.move(r, old_r, self.rack_whole[r])
+            self.rack_index_all[rack.gpu_model].move(r, old_r, self.rack_whole[r])
             self.model_free_whole[node.gpu_model] += whole - old
         if shared != self.node_shared[n]:
             self.node_shared[n] = shared
@@ -160,18 +167,20 @@ class ClusterState:
         out = [g for g, f in enumerate(self.gpu_free[n]) if f == MILLI_PER_GPU and g not in failed]
         return tuple(out[:k])
 
-    def fits(self, a: NodeAlloc) -> str | None:
-        """``None`` if the slice fits now, else why not (for error messages)."""
+    def fits(self, a: NodeAlloc, *, health: bool = True) -> str | None:
+        """``None`` if the slice fits now, else why not (for error messages). ``health=False`` checks
+        capacity only: a job being restored held its slices before the hardware failed."""
         n = a.node
-        if self.node_down[n]:
+        free_of = self.usable_free if health else (lambda n, g: self.gpu_free[n][g])
+        if health and self.node_down[n]:
             return f"node {self.cluster.nodes[n].name} is down"
         if len(set(a.gpus)) != len(a.gpus):
             return "a GPU is listed twice in one slice"
         for g in a.gpus:
             if g >= len(self.gpu_free[n]):
                 return f"node {self.cluster.nodes[n].name} has no GPU {g}"
-            if self.usable_free(n, g) < a.milli:
-                return f"GPU {g} of node {self.cluster.nodes[n].name} has {self.usable_free(n, g)} milli free"
+            if free_of(n, g) < a.milli:
+                return f"GPU {g} of node {self.cluster.nodes[n].name} has {free_of(n, g)} milli free"
         if a.cpu_milli > self.cpu_free[n]:
             return f"node {self.cluster.nodes[n].name} has {self.cpu_free[n]} milli-CPU free"
         if a.memory_mib > self.mem_free[n]:
@@ -207,14 +216,16 @@ class ClusterState:
         now: float,
         expected_end: float | None = None,
         checkpointed_at: float | None = None,
+        health: bool = True,
     ) -> RunningJob:
         """Admit a job on its placement. Raises :class:`AllocationError` (state unchanged) if any slice
-        does not fit or the job already runs."""
+        does not fit or the job already runs. ``health=False`` is for restoring a job exactly as it was
+        (a rollback): failed hardware it held then does not stop it."""
         if spec.name in self.running:
             raise AllocationError(f"job {spec.name!r} already holds resources")
         done: list[NodeAlloc] = []
         for a in placement.allocs:
-            why = self.fits(a)
+            why = self.fits(a, health=health)
             if why is not None:
                 for b in reversed(done):
                     self._give(b)
@@ -235,6 +246,8 @@ class ClusterState:
             self.rack_jobs[r].add(spec.name)
         for a in placement.allocs:
             self.node_jobs[a.node].add(spec.name)
+        if spec.preemptible:
+            self.preemptible_priorities[spec.priority] += 1
         u = self.queue_usage.setdefault(spec.queue, Usage())
         u.gpu_milli += placement.gpu_milli
         u.cpu_milli += sum(a.cpu_milli for a in placement.allocs)
@@ -250,6 +263,10 @@ class ClusterState:
             self.node_jobs[a.node].discard(name)
         for r in rj.racks:
             self.rack_jobs[r].discard(name)
+        if rj.spec.preemptible:
+            self.preemptible_priorities[rj.spec.priority] -= 1
+            if not self.preemptible_priorities[rj.spec.priority]:
+                del self.preemptible_priorities[rj.spec.priority]
         u = self.queue_usage[rj.spec.queue]
         u.gpu_milli -= rj.placement.gpu_milli
         u.cpu_milli -= sum(a.cpu_milli for a in rj.placement.allocs)
@@ -334,27 +351,18 @@ class ClusterState:
         return any(a.node == node and gpu in a.gpus for a in self.running[job].placement.allocs)
 
     # ------------------------------------------------------------------ index queries (no scans)
+    def _rack_index_for(self, model: str, region: int | None) -> _Index | None:
+        return self.rack_index_all.get(model) if region is None else self.rack_index.get((model, region))
+
     def racks_ascending(self, model: str, at_least: int, region: int | None = None) -> Iterator[int]:
         """Racks of ``model`` with at least ``at_least`` whole free GPUs, fewest free first (best fit)."""
-        regions = range(len(self.cluster.regions)) if region is None else (region,)
-        indexes = [ix for g in regions if (ix := self.rack_index.get((model, g))) is not None]
-        if not indexes:
-            return
-        top = len(indexes[0].buckets)
-        for c in range(max(at_least, 0), top):
-            for ix in indexes:
-                yield from ix.buckets[c]
+        ix = self._rack_index_for(model, region)
+        return ix.ascending(at_least) if ix is not None else iter(())
 
     def racks_descending(self, model: str, at_least: int, region: int | None = None) -> Iterator[int]:
         """Racks of ``model`` with at least ``at_least`` whole free GPUs, most free first (spread)."""
-        regions = range(len(self.cluster.regions)) if region is None else (region,)
-        indexes = [ix for g in regions if (ix := self.rack_index.get((model, g))) is not None]
-        if not indexes:
-            return
-        top = len(indexes[0].buckets)
-        for c in range(top - 1, max(at_least, 0) - 1, -1):
-            for ix in indexes:
-                yield from ix.buckets[c]
+        ix = self._rack_index_for(model, region)
+        return ix.descending(at_least) if ix is not None else iter(())
 
     def rack_free_whole(self, rack: int) -> int:
         return self.rack_whole[rack]
@@ -368,6 +376,10 @@ class ClusterState:
         return total
 
     # ------------------------------------------------------------------ totals
+    def has_preemptible_below(self, priority: int) -> bool:
+        """Is any running preemptible job of lower priority? (O(distinct priorities))"""
+        return any(p < priority for p in self.preemptible_priorities)
+
     @property
     def total_gpus(self) -> int:
         return self.cluster.total_gpus
@@ -411,6 +423,7 @@ class ClusterState:
             whole = sum(self.node_whole[n] for n in rack.nodes)
             assert self.rack_whole[r] == whole, f"rack_whole out of sync on {rack.name}"
             assert r in self.rack_index[(rack.gpu_model, rack.region)].buckets[whole]
+            assert r in self.rack_index_all[rack.gpu_model].buckets[whole]
 
 
 class Transaction:
@@ -459,6 +472,7 @@ class Transaction:
                     now=rj.started_at,
                     expected_end=rj.expected_end,
                     checkpointed_at=rj.checkpointed_at,
+                    health=False,
                 )
 
     def commit(self) -> None:

@@ -9,6 +9,8 @@ be shown to fit, the racks that come closest are still held (start unknown), so 
 
 from __future__ import annotations
 
+import heapq
+
 from rackscale.model.state import ClusterState
 from rackscale.model.workload import JobKind, JobSpec
 from rackscale.scheduler.decisions import Reservation
@@ -26,7 +28,9 @@ def plan_reservation(job: JobSpec, state: ClusterState, ctx: CycleContext) -> Re
         return None
     need = job.total_gpus
     free = {r.index: state.rack_whole[r.index] for r in racks}
-    ending = sorted((rj.expected_end, rj.spec.name) for rj in state.running.values() if rj.expected_end is not None)
+    # A heap, not a sort: the answer usually comes after the first few ends, so pop them lazily.
+    ending = [(rj.expected_end, rj.spec.name) for rj in state.running.values() if rj.expected_end is not None]
+    heapq.heapify(ending)
     nodes = cluster.nodes
     cap = max(r.gpus for r in racks)
 
@@ -44,13 +48,14 @@ def plan_reservation(job: JobSpec, state: ClusterState, ctx: CycleContext) -> Re
     # Release jobs in end order; after each instant, look only at the racks that instant touched
     # (free counts only grow, so an untouched rack cannot have become the answer).
     touched: set[int] = set()
-    for i, (end, name) in enumerate(ending):
+    while ending:
+        end, name = heapq.heappop(ending)
         for a in state.running[name].placement.allocs:
             r = nodes[a.node].rack
             if r in free:
                 free[r] += a.whole_gpus
                 touched.add(r)
-        if i + 1 < len(ending) and ending[i + 1][0] == end:
+        if ending and ending[0][0] == end:
             continue  # jobs ending at the same instant count together
         if need <= cap:
             fits = sorted(r for r in touched if free[r] >= need)
@@ -64,5 +69,12 @@ def plan_reservation(job: JobSpec, state: ClusterState, ctx: CycleContext) -> Re
         touched.clear()
     # No estimate shows when it fits: hold the racks that come closest, start unknown.
     k = max(1, -(-need // cap))
-    got = frozenset(sorted(free, key=lambda r: (-free[r], r))[:k])
-    return Reservation(job=job.name, racks=got, start=None)
+    closest: tuple[int, int] | None = None  # (-free GPUs in the top k racks, region)
+    for g in range(len(cluster.regions)):
+        top = sorted((free[r] for r in free if cluster.racks[r].region == g), reverse=True)[:k]
+        if top and (closest is None or (-sum(top), g) < closest):
+            closest = (-sum(top), g)
+    assert closest is not None
+    region = closest[1]
+    in_region = sorted((r for r in free if cluster.racks[r].region == region), key=lambda r: (-free[r], r))
+    return Reservation(job=job.name, racks=frozenset(in_region[:k]), start=None)

@@ -81,8 +81,9 @@ class VictimChooser(Protocol):
         *,
         exclude_racks: frozenset[int],
         protected: frozenset[str] = frozenset(),
-    ) -> VictimChoice | None:
-        """Victims among running jobs, never one in ``protected`` (e.g. placed earlier this cycle)."""
+    ) -> Sequence[VictimChoice]:
+        """Candidate victim sets among running jobs, best first (the scheduler tries them in order and
+        keeps the first that lets the job run); never a job in ``protected`` (placed this cycle)."""
         ...
 
 

@@ -34,12 +34,28 @@ def lost_work(rj: RunningJob, now: float) -> float:
     return max(0.0, now - last_checkpoint(rj, now)) * rj.placement.gpu_milli / MILLI_PER_GPU
 
 
-def _whole_in_rack(state: ClusterState, rj: RunningJob, rack: int) -> int:
+def _healthy_whole_by_node(state: ClusterState, rj: RunningJob, rack: int) -> dict[int, int]:
+    """Whole GPUs ``rj`` would give back on each healthy node of ``rack`` (failed hardware frees nothing).
+
+    A shared-GPU slice counts as one GPU when it is the GPU's only user (a hopeful estimate: the
+    placement attempt after the release is the real check)."""
     nodes = state.cluster.nodes
-    return sum(a.whole_gpus for a in rj.placement.allocs if nodes[a.node].rack == rack) or (
-        # a shared-GPU job frees a whole GPU only if it was alone on it; count it as one GPU of hope
-        1 if any(nodes[a.node].rack == rack for a in rj.placement.allocs) and rj.placement.whole_gpus == 0 else 0
-    )
+    out: dict[int, int] = {}
+    for a in rj.placement.allocs:
+        n = a.node
+        if nodes[n].rack != rack or state.node_down[n]:
+            continue
+        failed = state.gpu_failed[n]
+        if a.milli >= MILLI_PER_GPU:
+            k = sum(1 for g in a.gpus if g not in failed)
+        else:
+            k = sum(1 for g in a.gpus if g not in failed and state.gpu_free[n][g] + a.milli >= MILLI_PER_GPU)
+        if k:
+            out[n] = out.get(n, 0) + k
+    return out
+
+
+MAX_CHOICES = 8  # candidate racks the scheduler may try, best first
 
 
 class CheapestVictims:
@@ -53,7 +69,9 @@ class CheapestVictims:
         *,
         exclude_racks: frozenset[int],
         protected: frozenset[str] = frozenset(),
-    ) -> VictimChoice | None:
+    ) -> list[VictimChoice]:
+        if not state.has_preemptible_below(job.priority):
+            return []  # nobody could be a victim: skip the search
         models = set(allowed_models(job, ctx))
         now = ctx.now
 
@@ -63,42 +81,56 @@ class CheapestVictims:
         def cost(rj: RunningJob) -> tuple[int, float, int, str]:
             return (rj.spec.priority, lost_work(rj, now), -rj.placement.gpu_milli, rj.spec.name)
 
-        if job.kind is JobKind.INFERENCE or job.unit.gpus == 0:
-            need = max(1, -(-job.unit.gpu_demand_milli // MILLI_PER_GPU))  # one replica's GPUs
+        # What must fit on the rack's nodes: ``units`` units of ``w`` whole GPUs each.
+        unit = job.unit
+        if job.kind is JobKind.INFERENCE or unit.gpus == 0:
+            w = unit.gpus if 0 < unit.gpus <= state.max_node_gpus else 1
+            units = 1 if 0 < unit.gpus <= state.max_node_gpus else max(1, unit.gpus)
         else:
-            need = job.total_gpus
+            w, units = unit.gpus, job.units
         racks = [r for r in state.cluster.racks if r.gpu_model in models and r.index not in exclude_racks]
         cap = max((r.gpus for r in racks), default=0)
-        best: tuple[tuple[int, int, float], list[RunningJob], int] | None = None
-        if need <= cap or job.topology.required is Level.RACK:
-            for rack in racks:
-                free = state.rack_whole[rack.index]
-                if free >= need:
-                    continue  # the room is there already: preemption is not what is missing
-                cands = sorted(
-                    (state.running[j] for j in state.rack_jobs[rack.index] if can_victimise(state.running[j])),
-                    key=cost,
-                )
-                picked: list[RunningJob] = []
-                for rj in cands:
-                    if free >= need:
-                        break
-                    picked.append(rj)
-                    free += _whole_in_rack(state, rj, rack.index)
-                if free < need or not picked:
-                    continue
-                key = (
-                    len(picked),
-                    max(v.spec.priority for v in picked),
-                    sum(lost_work(v, now) for v in picked),
-                )
-                if best is None or key < best[0]:
-                    best = (key, picked, rack.index)
-            if best is not None:
-                return VictimChoice(tuple(best[1]), frozenset({best[2]}))
-            if need <= cap:
-                return None
-        return self._clear_racks(state, racks, need, can_victimise, cost, now)
+        if w * units > cap and job.topology.required is not Level.RACK:
+            got = self._clear_racks(state, racks, w * units, can_victimise, cost, now)
+            return [got] if got is not None else []
+        scored: list[tuple[tuple[int, int, float, int], VictimChoice]] = []
+        for rack in racks:
+            cands = [state.running[j] for j in state.rack_jobs[rack.index]]
+            cands = sorted((rj for rj in cands if can_victimise(rj)), key=cost)
+            if not cands:
+                continue
+            free = {n: state.node_whole[n] for n in rack.nodes}
+            gives = [_healthy_whole_by_node(state, rj, rack.index) for rj in cands]
+
+            def room(with_: list[int], free: dict[int, int] = free, gives: list[dict[int, int]] = gives) -> int:
+                node_free = dict(free)
+                for i in with_:
+                    for n, k in gives[i].items():
+                        node_free[n] += k
+                return sum(f // w for f in node_free.values())
+
+            picked: list[int] = []
+            for i in range(len(cands)):
+                if room(picked) >= units:
+                    break
+                picked.append(i)
+            if not picked or room(picked) < units:
+                continue
+            # Give back the victims that turned out not to be needed, most expensive first.
+            for i in sorted(picked, key=lambda i: cost(cands[i]), reverse=True):
+                rest = [j for j in picked if j != i]
+                if rest and room(rest) >= units:
+                    picked = rest
+            victims = tuple(cands[i] for i in picked)
+            key = (
+                len(victims),
+                max(v.spec.priority for v in victims),
+                sum(lost_work(v, now) for v in victims),
+                rack.index,
+            )
+            scored.append((key, VictimChoice(victims, frozenset({rack.index}))))
+        scored.sort(key=lambda e: e[0])
+        return [c for _, c in scored[:MAX_CHOICES]]
 
     def _clear_racks(
         self,

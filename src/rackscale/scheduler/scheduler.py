@@ -53,7 +53,7 @@ from rackscale.scheduler.placement.topology_pack import TopologyPack
 from rackscale.scheduler.status import Code, Reason, Status, unschedulable, wait
 
 PLACERS[TopologyPack.name] = lambda seed: TopologyPack()
-PLACERS[FirstFitSpread.name] = lambda seed: FirstFitSpread()
+PLACERS[FirstFitSpread.name] = FirstFitSpread
 PLACERS[BestFitNoTopology.name] = lambda seed: BestFitNoTopology()
 PLACERS[RandomPlacer.name] = RandomPlacer
 PLACERS[SlurmTree.name] = lambda seed: SlurmTree()
@@ -62,13 +62,17 @@ PLACERS[SlurmTree.name] = lambda seed: SlurmTree()
 @dataclass(frozen=True, slots=True)
 class _Shape:
     """Requests of one shape fail monotonically in their unit count within a cycle (capacity only
-    shrinks as jobs are placed), so the smallest failure of a shape answers for every larger one."""
+    shrinks as jobs are placed), so the smallest failure of a shape answers for every larger one.
+    Everything that changes what the scheduler would try is part of the shape."""
 
     kind: JobKind
     unit: Resources
     required: Level | None
     preferred: Level | None
     backfill_limited: bool
+    priority: int  # decides who could be preempted
+    may_preempt: bool
+    may_split: bool
 
 
 class ResourceScheduler:
@@ -124,7 +128,16 @@ class ResourceScheduler:
                 exclude: frozenset[int] = frozenset()
                 if reservation is not None and not _fits_before(end, reservation):
                     exclude = reservation.racks
-                shape = _Shape(job.kind, job.unit, job.topology.required, job.topology.preferred, bool(exclude))
+                shape = _Shape(
+                    job.kind,
+                    job.unit,
+                    job.topology.required,
+                    job.topology.preferred,
+                    bool(exclude),
+                    job.priority,
+                    job.preemption_policy is not PreemptionPolicy.NEVER,
+                    self._may_split(job, now),
+                )
                 seen = failed.get(shape)
                 if seen is not None and job.required_units >= seen[0] and job.name not in state.running:
                     waiting.append(Pending(job, seen[1]))
@@ -192,7 +205,11 @@ class ResourceScheduler:
         if running is not None and (job.kind is not JobKind.INFERENCE or want <= 0):
             return unschedulable(Reason.PLACED, f"job {job.name!r} is already running", "scheduler")
         need = max(job.required_units - have, 1) if job.kind is JobKind.INFERENCE else want
+        if job.kind is JobKind.INFERENCE:
+            want = min(want, self._quota_headroom(job, state))  # replicas beyond the quota wait
         groups = self._groups(job, state, ctx, models, want, exclude=exclude, only=only)
+        # A gang split into per-unit groups (shared GPUs) keeps its later units where the first went.
+        pin_level = job.topology.required if job.is_gang and len(groups) > 1 else None
         mark = len(cycle)  # everything after this mark is this job's: undone together on failure
         allocs: list[NodeAlloc] = []
         units = 0
@@ -201,6 +218,8 @@ class ResourceScheduler:
         for req, n_units in groups:
             if req.spread:
                 req = replace(req, avoid_nodes=frozenset(avoid_nodes), avoid_racks=frozenset(avoid_racks))
+            if pin_level is not None and allocs:
+                req = replace(req, only_racks=_pinned(state, allocs[0].node, pin_level, req.only_racks))
             got = self.placer.place(state, req)
             if got is None:
                 break  # the remaining groups are the same request: they would not fit either
@@ -257,7 +276,7 @@ class ResourceScheduler:
             return [(req, 1)] * units
         if job.kind is JobKind.BATCH and required is None and preferred is None:
             return [(replace(base, prefer_one_region=False), units)]
-        split_ok = self.profile.split_wait_s <= 0 or ctx.now - job.submit_time >= self.profile.split_wait_s
+        split_ok = self._may_split(job, ctx.now)
         req = replace(
             base,
             one_rack=required is Level.RACK,
@@ -266,6 +285,20 @@ class ResourceScheduler:
             one_region=required in (Level.RACK, Level.REGION),
         )
         return [(req, units)]
+
+    def _may_split(self, job: JobSpec, now: float) -> bool:
+        """May a gang that prefers one rack be split over racks now? (after ``split_wait_s`` of waiting)"""
+        return self.profile.split_wait_s <= 0 or now - job.submit_time >= self.profile.split_wait_s
+
+    def _quota_headroom(self, job: JobSpec, state: ClusterState) -> int:
+        """How many more units the job's queue quota allows (unbounded without a quota)."""
+        cfg = self.queues.get(job.queue)
+        demand = job.unit.gpu_demand_milli
+        if cfg is None or cfg.quota_gpus is None or demand == 0:
+            return job.units
+        used = state.queue_usage.get(job.queue)
+        held = used.gpu_milli if used is not None else 0
+        return max(0, (int(cfg.quota_gpus * MILLI_PER_GPU) - held) // demand)
 
     def _why_not(self, job: JobSpec, state: ClusterState, models: tuple[str, ...], need: int) -> Status:
         free = sum(state.model_free_whole[m] for m in models)
@@ -297,15 +330,15 @@ class ResourceScheduler:
     ) -> tuple[Placed, list[Preemption]] | None:
         assert self.victims is not None
         state = cycle.state
-        choice = self.victims.choose(job, state, ctx, exclude_racks=exclude, protected=protected)
-        if choice is None:
-            return None
-        mark = len(cycle)
-        for v in choice.victims:
-            cycle.release(v.spec.name)
-        got = self._place_job(cycle, job, ctx, exclude=exclude, only=choice.racks)
-        if not isinstance(got, Placed):
-            _rollback_to(cycle, mark)
+        for choice in self.victims.choose(job, state, ctx, exclude_racks=exclude, protected=protected):
+            mark = len(cycle)
+            for v in choice.victims:
+                cycle.release(v.spec.name)
+            got = self._place_job(cycle, job, ctx, exclude=exclude, only=choice.racks)
+            if isinstance(got, Placed):
+                break
+            _rollback_to(cycle, mark)  # nobody is preempted for nothing
+        else:
             return None
         reasons = [
             Preemption(
@@ -319,6 +352,14 @@ class ResourceScheduler:
             for v in choice.victims
         ]
         return got, reasons
+
+
+def _pinned(state: ClusterState, node: int, level: Level, only: frozenset[int] | None) -> frozenset[int]:
+    """The racks a gang's later units may use once its first unit is on ``node``."""
+    cluster = state.cluster
+    rack = cluster.nodes[node].rack
+    racks = frozenset({rack}) if level is Level.RACK else frozenset(cluster.regions[cluster.racks[rack].region].racks)
+    return racks if only is None else racks & only
 
 
 def _rollback_to(tx: Transaction, mark: int) -> None:

@@ -13,7 +13,8 @@ All honour hard constraints (a required rack, GPU models, reservations), as thei
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 
 from rackscale.model.placement import NodeAlloc
 from rackscale.model.state import ClusterState
@@ -22,7 +23,6 @@ from rackscale.scheduler.placement.request import (
     fill_best_fit,
     fill_in_order,
     nodes_ascending,
-    nodes_descending,
     racks_ascending,
     racks_descending,
     take_units,
@@ -32,14 +32,40 @@ from rackscale.scheduler.placement.request import (
 Allocs = list[NodeAlloc]
 
 
+def one_region_at_a_time(
+    state: ClusterState, req: GroupRequest, place: Callable[[GroupRequest], Allocs | None], *, roomiest_first: bool
+) -> Allocs | None:
+    """Honour a required region for placers that do not think in regions: try one region at a time
+    (roomiest first for spreading placers, tightest first for packing ones)."""
+    cluster = state.cluster
+    free = [sum(state.rack_whole[r] for r in g.racks) for g in cluster.regions]
+    order = sorted(range(len(free)), key=lambda g: (-free[g] if roomiest_first else free[g], g))
+    for g in order:
+        if free[g] < req.total_gpus:
+            continue
+        racks = frozenset(cluster.regions[g].racks)
+        sub = replace(req, one_region=False, only_racks=racks if req.only_racks is None else racks & req.only_racks)
+        got = place(sub)
+        if got is not None:
+            return got
+    return None
+
+
 def _at_least(req: GroupRequest) -> int:
     return max(req.unit.gpus, 1) if req.unit.gpus or req.unit.gpu_milli else 0
 
 
 class FirstFitSpread:
+    """kube-scheduler with LeastAllocated: the highest-scoring node wins, ties broken at random."""
+
     name = "first-fit"
 
+    def __init__(self, seed: int = 0) -> None:
+        self._rng = random.Random(seed)
+
     def place(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+        if req.one_region and not req.one_rack:
+            return one_region_at_a_time(state, req, lambda r: self.place(state, r), roomiest_first=True)
         if req.one_rack:
             for rack in racks_descending(state, req.models, max(req.total_gpus, 1)):
                 if req.rack_allowed(rack):
@@ -48,25 +74,44 @@ class FirstFitSpread:
                     if got is not None:
                         return got
             return None
+        buckets = [state.node_index[m].buckets for m in req.models]
         nodes = (
             n
-            for n in nodes_descending(state, req.models, _at_least(req))
+            for c in range(len(buckets[0]) - 1, _at_least(req) - 1, -1)
+            for n in _shuffled(self._rng, [x for b in buckets for x in b[c]])
             if req.rack_allowed(state.cluster.nodes[n].rack)
         )
         return _spread(state, nodes, req)
 
 
+def _shuffled(rng: random.Random, items: list[int]) -> Iterator[int]:
+    """Yield ``items`` in random order, shuffling lazily (only as far as the caller reads)."""
+    n = len(items)
+    for i in range(n):
+        j = rng.randrange(i, n)
+        items[i], items[j] = items[j], items[i]
+        yield items[i]
+
+
 def _spread(state: ClusterState, nodes: Iterable[int], req: GroupRequest) -> Allocs | None:
-    """One unit per node, most-free nodes first; further rounds while units remain (LeastAllocated)."""
-    order = [n for n in nodes if units_fit(state, n, req.unit) > 0]
-    if not order:
+    """One unit per node, most-free nodes first; further rounds while units remain (LeastAllocated).
+
+    Reads only as many nodes as there are units: a node's score drops once it takes a unit, so the next
+    unit goes to the next node of the (lazily produced) ranking."""
+    fit: dict[int, int] = {}
+    for n in nodes:
+        k = units_fit(state, n, req.unit)
+        if k > 0:
+            fit[n] = k
+            if len(fit) == req.units:
+                break
+    if not fit:
         return None
-    taken = dict.fromkeys(order, 0)
-    fit = {n: units_fit(state, n, req.unit) for n in order}
+    taken = dict.fromkeys(fit, 0)
     remaining = req.units
     while remaining:
         progressed = False
-        for n in order:
+        for n in fit:
             if taken[n] < fit[n]:
                 taken[n] += 1
                 remaining -= 1
@@ -86,6 +131,8 @@ class BestFitNoTopology:
     name = "best-fit"
 
     def place(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+        if req.one_region and not req.one_rack:
+            return one_region_at_a_time(state, req, lambda r: self.place(state, r), roomiest_first=False)
         if req.one_rack:
             for rack in racks_ascending(state, req.models, max(req.total_gpus, 1)):
                 if req.rack_allowed(rack):
@@ -109,6 +156,8 @@ class RandomPlacer:
         self._rng = random.Random(seed)
 
     def place(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+        if req.one_region and not req.one_rack:
+            return one_region_at_a_time(state, req, lambda r: self.place(state, r), roomiest_first=False)
         if req.one_rack:
             racks = [r for r in racks_ascending(state, req.models, max(req.total_gpus, 1)) if req.rack_allowed(r)]
             self._rng.shuffle(racks)
@@ -143,6 +192,8 @@ class SlurmTree:
     name = "slurm-tree"
 
     def place(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+        if req.one_region and not req.one_rack:
+            return one_region_at_a_time(state, req, lambda r: self.place(state, r), roomiest_first=False)
         total = max(req.total_gpus, 1)
         for rack in racks_ascending(state, req.models, total):
             if req.rack_allowed(rack):

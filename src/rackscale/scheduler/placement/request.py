@@ -133,26 +133,31 @@ def fill_in_order(
     return None
 
 
+def _merged(state: ClusterState, models: tuple[str, ...]) -> list[list[set[int]]]:
+    return [ix.buckets for m in models if (ix := state.rack_index_all.get(m)) is not None]
+
+
 def racks_ascending(state: ClusterState, models: tuple[str, ...], at_least: int) -> Iterator[int]:
     """Racks of any allowed model with >= ``at_least`` whole free GPUs, fewest free first."""
     if len(models) == 1:
         yield from state.racks_ascending(models[0], at_least)
         return
-    indexes = [ix for (m, _g), ix in sorted(state.rack_index.items()) if m in models]
-    if not indexes:
-        return
-    for c in range(max(at_least, 0), len(indexes[0].buckets)):
-        for ix in indexes:
-            yield from ix.buckets[c]
+    buckets = _merged(state, models)
+    if buckets:
+        for c in range(max(at_least, 0), len(buckets[0])):
+            for b in buckets:
+                yield from b[c]
 
 
 def racks_descending(state: ClusterState, models: tuple[str, ...], at_least: int) -> Iterator[int]:
-    indexes = [ix for (m, _g), ix in sorted(state.rack_index.items()) if m in models]
-    if not indexes:
+    if len(models) == 1:
+        yield from state.racks_descending(models[0], at_least)
         return
-    for c in range(len(indexes[0].buckets) - 1, max(at_least, 0) - 1, -1):
-        for ix in indexes:
-            yield from ix.buckets[c]
+    buckets = _merged(state, models)
+    if buckets:
+        for c in range(len(buckets[0]) - 1, max(at_least, 0) - 1, -1):
+            for b in buckets:
+                yield from b[c]
 
 
 def nodes_ascending(state: ClusterState, models: tuple[str, ...], at_least: int) -> Iterator[int]:

@@ -34,7 +34,7 @@ class TopologyPack:
             return self._fractional(state, req)
         if not unit.gpus:
             return self._cpu_only(state, req)
-        if req.one_rack or req.prefer_one_rack or req.compact:
+        if req.one_rack or req.prefer_one_rack or req.compact or req.one_region:
             got = self._single_rack(state, req)
             if got is not None or req.one_rack or not req.allow_split:
                 return got
@@ -43,30 +43,41 @@ class TopologyPack:
 
     # ------------------------------------------------------------------ one rack
     def _single_rack(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+        """The best-fit rack. For replicas (``spread``), in order of preference: a new rack and new nodes,
+        a rack already used but new nodes (node anti-affinity first, as the seed's hostname rule), then
+        anything that fits."""
         total = max(req.total_gpus, 1)
-        soft_skipped: list[int] = []
+        candidates = (r for r in racks_ascending(state, req.models, total) if req.rack_allowed(r))
+        if not req.spread:
+            for rack in candidates:  # lazily: the first best-fit rack usually holds it
+                got = self._fill_rack(state, rack, req, req.units, avoid=frozenset())
+                if got is not None:
+                    return got
+            return None
+        used: list[int] = []
+        for rack in candidates:
+            if rack in req.avoid_racks:
+                used.append(rack)
+                continue
+            got = self._fill_rack(state, rack, req, req.units, avoid=req.avoid_nodes)
+            if got is not None:
+                return got
+        for rack in used:
+            got = self._fill_rack(state, rack, req, req.units, avoid=req.avoid_nodes)
+            if got is not None:
+                return got
         for rack in racks_ascending(state, req.models, total):
-            if not req.rack_allowed(rack):
-                continue
-            if req.spread and rack in req.avoid_racks:
-                soft_skipped.append(rack)
-                continue
-            got = self._fill_rack(state, rack, req, req.units)
-            if got is not None:
-                return got
-        for rack in soft_skipped:  # anti-affinity across racks is preferred, not required
-            got = self._fill_rack(state, rack, req, req.units)
-            if got is not None:
-                return got
+            if req.rack_allowed(rack):
+                got = self._fill_rack(state, rack, req, req.units, avoid=frozenset())
+                if got is not None:
+                    return got
         return None
 
-    def _fill_rack(self, state: ClusterState, rack: int, req: GroupRequest, units: int) -> Allocs | None:
+    def _fill_rack(
+        self, state: ClusterState, rack: int, req: GroupRequest, units: int, *, avoid: frozenset[int]
+    ) -> Allocs | None:
         candidates = list(state.rack_node_index[rack].ascending(max(req.unit.gpus, 1)))
-        if req.spread and req.avoid_nodes:
-            got = fill_best_fit(state, candidates, units, req.unit, avoid=req.avoid_nodes)
-            if got is not None:
-                return got
-        return fill_best_fit(state, candidates, units, req.unit, avoid=frozenset())
+        return fill_best_fit(state, candidates, units, req.unit, avoid=avoid)
 
     # ------------------------------------------------------------------ several racks
     def _multi_rack(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
@@ -74,16 +85,33 @@ class TopologyPack:
         free = sum(state.model_free_whole[m] for m in req.models)
         if free < total:
             return None
-        plans: list[tuple[int, int, Allocs]] = []
-        for g in range(len(state.cluster.regions)):
+        # Rank regions by how few racks they would need (free counts only: cheap), then build the
+        # allocation for the best one; the next region only if node-level checks fail there.
+        ranked = sorted(
+            (n, g) for g in range(len(state.cluster.regions)) if (n := self._racks_needed(state, req, g)) is not None
+        )
+        for _, g in ranked:
             got = self._plan_region(state, req, region=g)
             if got is not None:
-                plans.append((len({state.cluster.nodes[a.node].rack for a in got}), g, got))
-        if plans:
-            return min(plans, key=lambda p: (p[0], p[1]))[2]
+                return got
         if req.one_region:
             return None
         return self._plan_region(state, req, region=None)
+
+    @staticmethod
+    def _racks_needed(state: ClusterState, req: GroupRequest, region: int) -> int | None:
+        """Racks of ``region`` a greedy fill (roomiest first) would use, or None if it cannot hold it."""
+        w = req.unit.gpus
+        need, used = req.total_gpus, 0
+        for m in req.models:
+            for r in state.racks_descending(m, w, region):
+                if not req.rack_allowed(r):
+                    continue
+                need -= (state.rack_whole[r] // w) * w
+                used += 1
+                if need <= 0:
+                    return used
+        return None
 
     def _plan_region(self, state: ClusterState, req: GroupRequest, *, region: int | None) -> Allocs | None:
         """Fewest racks: whole free racks in the tightest index window, then the best-fit remainder."""
@@ -125,7 +153,7 @@ class TopologyPack:
             last = i == len(chosen) - 1
             room = sum(units_fit(state, n, req.unit) for n in cluster.racks[rack].nodes)
             k = units if last else min(units, room)
-            got = self._fill_rack(state, rack, req, k) if k else []
+            got = self._fill_rack(state, rack, req, k, avoid=frozenset()) if k else []
             if got is None:
                 return None
             out.extend(got)
