@@ -13,6 +13,7 @@ slice first, so a GPU can never be double-allocated; :class:`Transaction` undoes
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -119,6 +120,8 @@ class ClusterState:
         # How many running preemptible jobs hold each priority: a preemptor with no lower priority
         # among them skips the victim search entirely.
         self.preemptible_priorities: Counter[int] = Counter()
+        # Expected ends of running jobs, a heap with lazy deletion (see :meth:`ends_in_order`).
+        self._ends: list[tuple[float, str]] = []
 
     # ------------------------------------------------------------------ per-node bookkeeping
     def _refresh(self, n: int) -> None:
@@ -248,6 +251,11 @@ class ClusterState:
             self.node_jobs[a.node].add(spec.name)
         if spec.preemptible:
             self.preemptible_priorities[spec.priority] += 1
+        if expected_end is not None:
+            if len(self._ends) > 2 * len(self.running) + 64:  # mostly stale: rebuild
+                self._ends = [(r.expected_end, n) for n, r in self.running.items() if r.expected_end is not None]
+                heapq.heapify(self._ends)
+            heapq.heappush(self._ends, (expected_end, spec.name))
         u = self.queue_usage.setdefault(spec.queue, Usage())
         u.gpu_milli += placement.gpu_milli
         u.cpu_milli += sum(a.cpu_milli for a in placement.allocs)
@@ -376,6 +384,18 @@ class ClusterState:
         return total
 
     # ------------------------------------------------------------------ totals
+    def ends_in_order(self) -> Iterator[tuple[float, str]]:
+        """Running jobs with an expected end, soonest first, read lazily (O(log n) per job read)."""
+        heap = list(self._ends)
+        seen: set[str] = set()
+        while heap:
+            end, name = heapq.heappop(heap)
+            rj = self.running.get(name)
+            if rj is None or rj.expected_end != end or name in seen:
+                continue  # ended, restarted with another estimate, or pushed twice (rollback)
+            seen.add(name)
+            yield end, name
+
     def has_preemptible_below(self, priority: int) -> bool:
         """Is any running preemptible job of lower priority? (O(distinct priorities))"""
         return any(p < priority for p in self.preemptible_priorities)

@@ -9,8 +9,6 @@ be shown to fit, the racks that come closest are still held (start unknown), so 
 
 from __future__ import annotations
 
-import heapq
-
 from rackscale.model.state import ClusterState
 from rackscale.model.workload import JobKind, JobSpec
 from rackscale.scheduler.decisions import Reservation
@@ -28,9 +26,9 @@ def plan_reservation(job: JobSpec, state: ClusterState, ctx: CycleContext) -> Re
         return None
     need = job.total_gpus
     free = {r.index: state.rack_whole[r.index] for r in racks}
-    # A heap, not a sort: the answer usually comes after the first few ends, so pop them lazily.
-    ending = [(rj.expected_end, rj.spec.name) for rj in state.running.values() if rj.expected_end is not None]
-    heapq.heapify(ending)
+    # Lazily, soonest first: the answer usually comes after the first few ends.
+    ending = state.ends_in_order()
+    upcoming = next(ending, None)
     nodes = cluster.nodes
     cap = max(r.gpus for r in racks)
 
@@ -48,14 +46,15 @@ def plan_reservation(job: JobSpec, state: ClusterState, ctx: CycleContext) -> Re
     # Release jobs in end order; after each instant, look only at the racks that instant touched
     # (free counts only grow, so an untouched rack cannot have become the answer).
     touched: set[int] = set()
-    while ending:
-        end, name = heapq.heappop(ending)
+    while upcoming is not None:
+        end, name = upcoming
+        upcoming = next(ending, None)
         for a in state.running[name].placement.allocs:
             r = nodes[a.node].rack
             if r in free:
                 free[r] += a.whole_gpus
                 touched.add(r)
-        if ending and ending[0][0] == end:
+        if upcoming is not None and upcoming[0] == end:
             continue  # jobs ending at the same instant count together
         if need <= cap:
             fits = sorted(r for r in touched if free[r] >= need)

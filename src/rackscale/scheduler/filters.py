@@ -20,6 +20,7 @@ def allowed_models(job: JobSpec, ctx: CycleContext) -> tuple[str, ...]:
 
 class GpuModelFilter:
     name = "gpu-model"
+    static = True
 
     def filter(self, job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status:
         if job.unit.gpu_demand_milli and not allowed_models(job, ctx):
@@ -62,6 +63,7 @@ class FitsEverFilter:
     """Could the job run on this cluster if it were empty? If not, waiting will not help."""
 
     name = "fits-ever"
+    static = True
 
     def __init__(self) -> None:
         self._cluster: GPUCluster | None = None
@@ -121,6 +123,7 @@ class FitsEverFilter:
 
 class QuotaFilter:
     name = "quota"
+    static = False  # depends on what the queue holds now
 
     def filter(self, job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status:
         cfg = ctx.queues.get(job.queue)

@@ -51,7 +51,11 @@ class QueueSort(Protocol):
 
 
 class Filter(Protocol):
+    """``static`` filters look only at the job's shape and the (immutable) cluster, so the scheduler may
+    remember their answer per shape instead of asking again for every pending job of every cycle."""
+
     name: str
+    static: bool
 
     def filter(self, job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status: ...
 

@@ -16,11 +16,11 @@ smallest request of each shape that failed, so a backlog of 10,000 jobs costs li
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.state import AllocationError, ClusterState, Transaction
-from rackscale.model.topology import MILLI_PER_GPU
+from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import (
     BUILTIN_PRIORITY_CLASSES,
     JobKind,
@@ -42,6 +42,7 @@ from rackscale.scheduler.framework import (
     QUEUE_SORTS,
     VICTIM_CHOOSERS,
     CycleContext,
+    Filter,
     Placer,
     Profile,
     QueueConfig,
@@ -59,20 +60,12 @@ PLACERS[RandomPlacer.name] = RandomPlacer
 PLACERS[SlurmTree.name] = lambda seed: SlurmTree()
 
 
-@dataclass(frozen=True, slots=True)
-class _Shape:
-    """Requests of one shape fail monotonically in their unit count within a cycle (capacity only
-    shrinks as jobs are placed), so the smallest failure of a shape answers for every larger one.
-    Everything that changes what the scheduler would try is part of the shape."""
-
-    kind: JobKind
-    unit: Resources
-    required: Level | None
-    preferred: Level | None
-    backfill_limited: bool
-    priority: int  # decides who could be preempted
-    may_preempt: bool
-    may_split: bool
+# Requests of one shape fail monotonically in their unit count within a cycle (capacity only shrinks as
+# jobs are placed), so the smallest failure of a shape answers for every larger one. Everything that
+# changes what the scheduler would try is part of the shape: kind, unit resources, constraints, whether
+# backfill limits it, priority and preemption policy (who could be preempted), and split eligibility.
+# A plain tuple: it is built for every pending job of every cycle.
+_Shape = tuple[JobKind, Resources, "Level | None", "Level | None", bool, int, bool, bool]
 
 
 class ResourceScheduler:
@@ -97,11 +90,15 @@ class ResourceScheduler:
             if name not in registry:
                 raise unknown(kind, name, registry)
         self.queue_sort = QUEUE_SORTS[profile.queue_sort]()
-        self.filters = []
+        self.filters: list[Filter] = []
         for f in profile.filters:
             if f not in FILTERS:
                 raise unknown("filter", f, FILTERS)
             self.filters.append(FILTERS[f]())
+        self._static_filters = [f for f in self.filters if f.static]
+        self._dynamic_filters = [f for f in self.filters if not f.static]
+        self._static_for: GPUCluster | None = None
+        self._static_memo: dict[tuple[object, ...], Status | None] = {}
         self.placer: Placer = PLACERS[profile.placer](seed)
         if profile.victims and profile.victims not in VICTIM_CHOOSERS:
             raise unknown("victim chooser", profile.victims, VICTIM_CHOOSERS)
@@ -128,7 +125,7 @@ class ResourceScheduler:
                 exclude: frozenset[int] = frozenset()
                 if reservation is not None and not _fits_before(end, reservation):
                     exclude = reservation.racks
-                shape = _Shape(
+                shape: _Shape = (
                     job.kind,
                     job.unit,
                     job.topology.required,
@@ -180,7 +177,18 @@ class ResourceScheduler:
         )
 
     def _filter(self, job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status | None:
-        for f in self.filters:
+        if state.cluster is not self._static_for:
+            self._static_for, self._static_memo = state.cluster, {}
+        key = (job.kind, job.unit, job.units, job.min_units, job.topology.required)
+        if key in self._static_memo:
+            st: Status | None = self._static_memo[key]
+        else:
+            st = self._static_memo[key] = self._run(self._static_filters, job, state, ctx)
+        return st if st is not None else self._run(self._dynamic_filters, job, state, ctx)
+
+    @staticmethod
+    def _run(filters: list[Filter], job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status | None:
+        for f in filters:
             st = f.filter(job, state, ctx)
             if not st.ok:
                 return st
@@ -258,7 +266,6 @@ class ResourceScheduler:
         """Split a job into placement groups: a gang is one group; replicas and shared-GPU units are one
         group each; a replica larger than a node becomes a compact group of single GPUs in one rack."""
         unit = job.unit
-        base = GroupRequest(job=job.name, units=units, unit=unit, models=models, exclude_racks=exclude, only_racks=only)
         required = job.topology.required
         preferred = job.topology.preferred
         if job.kind is JobKind.INFERENCE or unit.is_fractional:
@@ -270,19 +277,52 @@ class ResourceScheduler:
                     memory_mib=-(-unit.memory_mib // unit.gpus),
                     gpu_models=unit.gpu_models,
                 )
-                req = replace(base, units=unit.gpus, unit=sub, one_rack=True, compact=True, spread=spread)
+                req = GroupRequest(
+                    job=job.name,
+                    units=unit.gpus,
+                    unit=sub,
+                    models=models,
+                    one_rack=True,
+                    compact=True,
+                    spread=spread,
+                    exclude_racks=exclude,
+                    only_racks=only,
+                )
             else:
-                req = replace(base, units=1, one_rack=required is Level.RACK, spread=spread)
+                req = GroupRequest(
+                    job=job.name,
+                    units=1,
+                    unit=unit,
+                    models=models,
+                    one_rack=required is Level.RACK,
+                    one_region=required is Level.REGION,
+                    spread=spread,
+                    exclude_racks=exclude,
+                    only_racks=only,
+                )
             return [(req, 1)] * units
         if job.kind is JobKind.BATCH and required is None and preferred is None:
-            return [(replace(base, prefer_one_region=False), units)]
-        split_ok = self._may_split(job, ctx.now)
-        req = replace(
-            base,
+            req = GroupRequest(
+                job=job.name,
+                units=units,
+                unit=unit,
+                models=models,
+                prefer_one_region=False,
+                exclude_racks=exclude,
+                only_racks=only,
+            )
+            return [(req, units)]
+        req = GroupRequest(
+            job=job.name,
+            units=units,
+            unit=unit,
+            models=models,
             one_rack=required is Level.RACK,
             prefer_one_rack=preferred is Level.RACK,
-            allow_split=split_ok,
+            allow_split=self._may_split(job, ctx.now),
             one_region=required in (Level.RACK, Level.REGION),
+            exclude_racks=exclude,
+            only_racks=only,
         )
         return [(req, units)]
 

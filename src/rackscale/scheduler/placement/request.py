@@ -91,16 +91,24 @@ def rack_nodes_descending(state: ClusterState, rack: int, at_least: int) -> Iter
 
 
 def fill_best_fit(
-    state: ClusterState, candidates_asc: list[int], units: int, unit: Resources, *, avoid: frozenset[int]
+    state: ClusterState, candidates_asc: Iterable[int], units: int, unit: Resources, *, avoid: frozenset[int]
 ) -> list[NodeAlloc] | None:
-    """Place ``units`` on the given nodes (listed fewest-free first), best fit: the remainder goes to the
+    """Place ``units`` on the given nodes (fewest-free first), best fit: the remainder goes to the
     tightest node that holds it all, else the roomiest node is filled and we go on. ``None`` if they
     cannot hold it; nothing is changed either way."""
-    fit = {n: units_fit(state, n, unit) for n in candidates_asc if n not in avoid}
-    fit = {n: k for n, k in fit.items() if k > 0}
-    if sum(min(k, units) for k in fit.values()) < units:
+    order: list[int] = []
+    fit: dict[int, int] = {}
+    for n in candidates_asc:
+        if n in avoid:
+            continue
+        k = units_fit(state, n, unit)
+        if k >= units:  # the tightest node that holds it all: the common case, decided early
+            return take_units(state, n, unit, units)
+        if k > 0:
+            order.append(n)
+            fit[n] = k
+    if sum(fit.values()) < units:
         return None
-    order = [n for n in candidates_asc if n in fit]
     out: list[NodeAlloc] = []
     remaining = units
     while remaining > 0:

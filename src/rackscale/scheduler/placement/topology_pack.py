@@ -76,7 +76,7 @@ class TopologyPack:
     def _fill_rack(
         self, state: ClusterState, rack: int, req: GroupRequest, units: int, *, avoid: frozenset[int]
     ) -> Allocs | None:
-        candidates = list(state.rack_node_index[rack].ascending(max(req.unit.gpus, 1)))
+        candidates = state.rack_node_index[rack].ascending(max(req.unit.gpus, 1))
         return fill_best_fit(state, candidates, units, req.unit, avoid=avoid)
 
     # ------------------------------------------------------------------ several racks
