@@ -53,6 +53,7 @@ from rackscale.model import (
 )
 from rackscale.model.workload import JobKind
 from rackscale.scheduler import Decisions, QueueConfig, ResourceScheduler, apply_decisions
+from rackscale.scheduler.pending import whole_demand
 
 PROFILES = ["rackscale", "first-fit", "best-fit", "random", "slurm-tree"]
 MODELS = ("GB200", "H100")
@@ -184,7 +185,8 @@ def check_decisions(state: ClusterState, d: Decisions, jobs: list[JobSpec]) -> N
         assert victim.preemptible, f"{p.victim} is not preemptible"
         assert preemptor.preemption_policy is not PreemptionPolicy.NEVER, f"{p.preemptor} has policy Never"
     names = [p.spec.name for p in d.placed] + [p.spec.name for p in d.pending]
-    assert sorted(names) == sorted(by_name), "every pending job is placed or pending, once"
+    assert len(set(names)) == len(names) and set(names) <= set(by_name), "no job is decided twice"
+    assert len(names) + d.not_examined == len(by_name), "every pending job is placed, pending or not examined"
 
 
 def check_placed(state: ClusterState, d: Decisions) -> None:
@@ -264,6 +266,13 @@ def run_world(profile: str, world: World) -> None:
         apply_decisions(state, d, now=now)
         check_all_invariants(state)
         check_placed(state, d)
+        if d.not_examined:
+            # the cycle stopped early only because nothing more could fit: fewer GPUs free than any
+            # unexamined job needs (and all of them need whole GPUs)
+            decided = {p.spec.name for p in d.placed} | {p.spec.name for p in d.pending}
+            rest = [j for j in jobs if j.name not in decided]
+            assert all(j.unit.gpus > 0 for j in rest)
+            assert state.free_whole_gpus < min(whole_demand(j) for j in rest)
 
         for p in d.placed:
             rj = state.running[p.spec.name]

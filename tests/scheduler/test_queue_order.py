@@ -13,7 +13,7 @@ import pytest
 from builders import ClusterBuilder, placed_names, run_cycle
 
 from rackscale.model import JobSpec, training
-from rackscale.scheduler import Code, Profile, QueueConfig
+from rackscale.scheduler import Code, PendingQueue, Profile, QueueConfig
 from rackscale.scheduler.framework import QUEUE_SORTS, CycleContext
 
 
@@ -107,9 +107,10 @@ def test_a_full_cluster_is_shared_by_weight(w: dict[str, float], want: dict[str,
     d = run_cycle(state, jobs, queues=weights(**w))
     got = {q: sum(1 for p in d.placed if p.spec.queue == q) for q in ("a", "b")}
     assert got == want
-    # the first job left out holds the reservation; the others wait (behind it, or for GPUs)
-    assert d.reservation is not None and d.reservation.job == d.pending[0].spec.name
-    assert all(p.status.code in (Code.WAIT, Code.UNSCHEDULABLE) for p in d.pending)
+    # the cluster is full now: the cycle stops looking, and the 16 jobs left wait for GPUs
+    assert d.not_examined == 16 and not d.pending
+    status = d.pending_status("a15") or d.pending_status("b15")
+    assert status is not None and status.code is Code.UNSCHEDULABLE
 
 
 def test_priority_fifo_ignores_queue_shares() -> None:
@@ -135,7 +136,7 @@ def test_queue_sort_plugins_yield_every_job_once_priority_descending(plugin: str
         for q, i, p, t in [("a", 1, 0, 5), ("b", 1, 7, 3), ("a", 2, 7, 1), ("c", 1, -1, 0)]
     ]
     ctx = CycleContext(now=0, queues={}, models=state.cluster.gpu_models)
-    got = list(QUEUE_SORTS[plugin]().order(jobs, state, ctx))
+    got = list(QUEUE_SORTS[plugin]().order(PendingQueue(jobs), state, ctx))
     assert sorted(j.name for j in got) == sorted(j.name for j in jobs)
     assert [j.priority for j in got] == sorted((j.priority for j in jobs), reverse=True)
     assert got[0].name == "a2", "equal priority: the earlier submit time first (queues are empty)"

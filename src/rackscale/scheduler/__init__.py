@@ -2,6 +2,7 @@
 
 from rackscale.scheduler.decisions import Decisions, Pending, Placed, Preemption, Reservation, apply_decisions
 from rackscale.scheduler.framework import PLACERS, PROFILES, Profile, QueueConfig
+from rackscale.scheduler.pending import PendingQueue
 from rackscale.scheduler.scheduler import ResourceScheduler
 from rackscale.scheduler.status import Code, Reason, Status
 
@@ -11,6 +12,7 @@ __all__ = [
     "Code",
     "Decisions",
     "Pending",
+    "PendingQueue",
     "Placed",
     "Preemption",
     "Profile",

@@ -49,13 +49,17 @@ class Decisions:
     preemptions: tuple[Preemption, ...] = ()
     pending: tuple[Pending, ...] = ()
     reservation: Reservation | None = None
+    # Jobs the cycle did not look at because none of them could fit (listed in no ``pending`` entry).
+    not_examined: int = 0
+    not_examined_status: Status | None = None
     stats: dict[str, int] = field(default_factory=dict)
 
     def pending_status(self, name: str) -> Status | None:
+        """Why ``name`` waits (the shared status of unexamined jobs if it was not looked at)."""
         for p in self.pending:
             if p.spec.name == name:
                 return p.status
-        return None
+        return self.not_examined_status
 
 
 def apply_decisions(state: ClusterState, decisions: Decisions, *, now: float) -> None:

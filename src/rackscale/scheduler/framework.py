@@ -19,6 +19,7 @@ from typing import Protocol
 from rackscale.model.placement import NodeAlloc
 from rackscale.model.state import ClusterState, RunningJob
 from rackscale.model.workload import JobSpec
+from rackscale.scheduler.pending import PendingQueue
 from rackscale.scheduler.placement.request import GroupRequest
 from rackscale.scheduler.status import Status
 
@@ -44,7 +45,7 @@ class CycleContext:
 class QueueSort(Protocol):
     name: str
 
-    def order(self, pending: Sequence[JobSpec], state: ClusterState, ctx: CycleContext) -> Iterator[JobSpec]:
+    def order(self, pending: PendingQueue, state: ClusterState, ctx: CycleContext) -> Iterator[JobSpec]:
         """Yield pending jobs in the order to try them. May read ``state`` between yields: placements
         made earlier in the cycle are already in it (progressive fair share)."""
         ...

@@ -9,14 +9,14 @@ next, recomputed after every placement of the cycle; inside a queue, submit time
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import groupby
 
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import MILLI_PER_GPU
 from rackscale.model.workload import JobSpec
 from rackscale.scheduler.framework import QUEUE_SORTS, CycleContext
+from rackscale.scheduler.pending import PendingQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +53,14 @@ def _job_key(j: JobSpec) -> tuple[float, str]:
 class PriorityFairShare:
     name = "priority-fairshare"
 
-    def order(self, pending: Sequence[JobSpec], state: ClusterState, ctx: CycleContext) -> Iterator[JobSpec]:
+    def __init__(self) -> None:
+        self._cap: tuple[object, Capacity] | None = None
+
+    def order(self, pending: PendingQueue, state: ClusterState, ctx: CycleContext) -> Iterator[JobSpec]:
         cap = self._capacity(state)
-        jobs = sorted(pending, key=lambda j: (-j.priority, j.queue, j.submit_time, j.name))
-        for _prio, level_iter in groupby(jobs, key=lambda j: j.priority):
-            by_queue = {q: list(js) for q, js in groupby(level_iter, key=lambda j: j.queue)}
-            heads = {q: 0 for q in by_queue}
+        for prio in pending.priorities():
+            by_queue = pending.queues_at(prio)  # each already in submit order: no sort per cycle
+            heads = dict.fromkeys(by_queue, 0)
             heap = [(self._share(state, ctx, q, cap), _job_key(js[0]), q) for q, js in by_queue.items()]
             heapq.heapify(heap)
             while heap:
@@ -69,9 +71,6 @@ class PriorityFairShare:
                 if heads[q] < len(js):
                     # The share moved if the job was placed: re-read it before the queue competes again.
                     heapq.heappush(heap, (self._share(state, ctx, q, cap), _job_key(js[heads[q]]), q))
-
-    def __init__(self) -> None:
-        self._cap: tuple[object, Capacity] | None = None
 
     def _capacity(self, state: ClusterState) -> Capacity:
         if self._cap is None or self._cap[0] is not state.cluster:
@@ -87,8 +86,10 @@ class PriorityFairShare:
 class PriorityFifo:
     name = "priority-fifo"
 
-    def order(self, pending: Sequence[JobSpec], state: ClusterState, ctx: CycleContext) -> Iterator[JobSpec]:
-        yield from sorted(pending, key=lambda j: (-j.priority, j.submit_time, j.name))
+    def order(self, pending: PendingQueue, state: ClusterState, ctx: CycleContext) -> Iterator[JobSpec]:
+        for prio in pending.priorities():
+            merged = [j for js in pending.queues_at(prio).values() for j in js]
+            yield from sorted(merged, key=lambda j: (j.submit_time, j.name))
 
 
 QUEUE_SORTS[PriorityFairShare.name] = PriorityFairShare

@@ -48,6 +48,7 @@ from rackscale.scheduler.framework import (
     QueueConfig,
     unknown,
 )
+from rackscale.scheduler.pending import PendingQueue
 from rackscale.scheduler.placement.baselines import BestFitNoTopology, FirstFitSpread, RandomPlacer, SlurmTree
 from rackscale.scheduler.placement.request import GroupRequest, racks_descending
 from rackscale.scheduler.placement.topology_pack import TopologyPack
@@ -106,7 +107,13 @@ class ResourceScheduler:
         self.queues: dict[str, QueueConfig] = dict(queues or {})
 
     # ------------------------------------------------------------------ the cycle
-    def schedule(self, state: ClusterState, pending: Sequence[JobSpec], now: float) -> Decisions:
+    def schedule(self, state: ClusterState, pending: Sequence[JobSpec] | PendingQueue, now: float) -> Decisions:
+        """Decide what to start, preempt and keep waiting. ``state`` is left as it was found.
+
+        ``pending`` may be a plain sequence, or a :class:`PendingQueue` kept sorted between cycles by a
+        long-running caller (the simulator, the service), which spares a sort of the backlog per cycle.
+        """
+        queue = pending if isinstance(pending, PendingQueue) else PendingQueue(pending)
         ctx = CycleContext(now=now, queues=self.queues, models=state.cluster.gpu_models)
         cycle = Transaction(state)
         placed: list[Placed] = []
@@ -114,9 +121,15 @@ class ResourceScheduler:
         waiting: list[Pending] = []
         reservation: Reservation | None = None
         failed: dict[_Shape, tuple[int, Status]] = {}
-        tried = 0
+        tried = examined = 0
+        min_demand = queue.min_whole_demand()
         try:
-            for job in self.queue_sort.order(pending, state, ctx):
+            for job in self.queue_sort.order(queue, state, ctx):
+                if examined and min_demand and _no_room_left(state, min_demand, job.priority):
+                    # No remaining job fits and nobody can be preempted: the rest would fail too. (The
+                    # head of the queue is always examined, so it always gets a detailed reason.)
+                    break
+                examined += 1
                 status = self._filter(job, state, ctx)
                 if status is not None:
                     waiting.append(Pending(job, status))
@@ -168,12 +181,15 @@ class ResourceScheduler:
                 waiting.append(Pending(job, status))
         finally:
             cycle.rollback()
+        unexamined = len(queue) - examined
         return Decisions(
             placed=tuple(placed),
             preemptions=tuple(preempted),
             pending=tuple(waiting),
             reservation=reservation,
-            stats={"pending": len(pending), "tried": tried, "placed": len(placed)},
+            not_examined=unexamined,
+            not_examined_status=_CLUSTER_FULL if unexamined else None,
+            stats={"pending": len(queue), "examined": examined, "tried": tried, "placed": len(placed)},
         )
 
     def _filter(self, job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status | None:
@@ -408,6 +424,21 @@ def _rollback_to(tx: Transaction, mark: int) -> None:
     tail._log = tx._log[mark:]
     del tx._log[mark:]
     tail.rollback()
+
+
+_CLUSTER_FULL = Status(
+    Code.UNSCHEDULABLE,
+    Reason.INSUFFICIENT_GPUS,
+    "waiting for GPUs: fewer GPUs are free than any pending job needs, and no lower-priority job can be "
+    "preempted (not examined in detail this cycle)",
+    "scheduler",
+)
+
+
+def _no_room_left(state: ClusterState, min_demand: int, priority: int) -> bool:
+    """True when fewer whole GPUs are free than the smallest pending job needs, and no running job of
+    lower priority than ``priority`` (the highest priority still to be tried) could make room."""
+    return state.free_whole_gpus < min_demand and not state.has_preemptible_below(priority)
 
 
 def _largest_block(state: ClusterState, models: tuple[str, ...]) -> int:

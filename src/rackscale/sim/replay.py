@@ -16,7 +16,7 @@ from rackscale.model.state import ClusterState
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import JobKind, JobSpec
 from rackscale.network.traffic import traffic_for
-from rackscale.scheduler import ResourceScheduler, apply_decisions
+from rackscale.scheduler import PendingQueue, ResourceScheduler, apply_decisions
 from rackscale.sim.engine import EventKind, EventQueue
 
 
@@ -75,7 +75,7 @@ def replay(
     state = ClusterState(cluster)
     sched = ResourceScheduler(profile=policy, seed=seed)
     specs = {j.name: j for j in jobs}
-    pending: dict[str, JobSpec] = {}
+    pending = PendingQueue()
     started: dict[str, float] = {}
     generation: dict[str, int] = {}
     res = ReplayResult(policy=policy, jobs=len(jobs))
@@ -93,25 +93,25 @@ def replay(
         last = now
         for ev in events:
             if ev.kind is EventKind.ARRIVAL:
-                pending[ev.job] = specs[ev.job]
+                pending.add(specs[ev.job])
             elif generation.get(ev.job) == ev.generation and ev.job in state.running:
                 state.release(ev.job)
                 res.completed += 1
                 res.jcts.append(now - specs[ev.job].submit_time)
         if not pending:
             continue
-        decisions = sched.schedule(state, list(pending.values()), now)
+        decisions = sched.schedule(state, pending, now)
         res.cycles += 1
         if on_cycle is not None:
             on_cycle(now)
         for pre in decisions.preemptions:
             victim = state.running[pre.victim].spec
-            pending[victim.name] = victim  # back to the queue; it restarts from scratch here
+            pending.add(victim)  # back to the queue; it restarts from scratch here
             res.preemptions += 1
         apply_decisions(state, decisions, now=now)
         for p in decisions.placed:
             spec = p.spec
-            pending.pop(spec.name, None)
+            pending.discard(spec.name)
             if spec.name not in started:
                 started[spec.name] = now
                 res.waits.append(now - spec.submit_time)

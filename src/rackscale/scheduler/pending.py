@@ -1,0 +1,94 @@
+"""The pending queue, kept sorted between cycles so a cycle does not re-sort a large backlog.
+
+Jobs are held per priority level, per queue, in submit order (then name). Adding or removing a job is
+a binary search plus a list insert/delete (memmove, fast in C). The queue also tracks the smallest
+whole-GPU demand among its jobs, so a cycle can stop as soon as no remaining job could fit.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable, Iterator
+
+from rackscale.model.workload import JobKind, JobSpec
+
+_Key = tuple[float, str]
+
+
+def whole_demand(job: JobSpec) -> int:
+    """Whole GPUs the job needs at the least to start (0 for shared-GPU or CPU-only units)."""
+    if job.unit.gpus == 0:
+        return 0
+    return job.unit.gpus * (1 if job.kind is JobKind.INFERENCE else job.required_units)
+
+
+class PendingQueue:
+    __slots__ = ("_demand", "_jobs", "_levels")
+
+    def __init__(self, jobs: Iterable[JobSpec] = ()) -> None:
+        self._levels: dict[int, dict[str, tuple[list[_Key], list[JobSpec]]]] = {}
+        self._jobs: dict[str, JobSpec] = {}
+        self._demand: Counter[int] = Counter()
+        for j in jobs:
+            self.add(j)
+
+    def add(self, job: JobSpec) -> None:
+        """Queue a job (replacing a queued job of the same name)."""
+        if job.name in self._jobs:
+            self.remove(job.name)
+        keys, jobs = self._levels.setdefault(job.priority, {}).setdefault(job.queue, ([], []))
+        key = (job.submit_time, job.name)
+        i = bisect.bisect_left(keys, key)
+        keys.insert(i, key)
+        jobs.insert(i, job)
+        self._jobs[job.name] = job
+        self._demand[whole_demand(job)] += 1
+
+    def remove(self, name: str) -> JobSpec:
+        """Take a job out of the queue. Raises ``KeyError`` if it is not queued."""
+        job = self._jobs.pop(name)
+        level = self._levels[job.priority]
+        keys, jobs = level[job.queue]
+        i = bisect.bisect_left(keys, (job.submit_time, job.name))
+        del keys[i]
+        del jobs[i]
+        if not keys:
+            del level[job.queue]
+            if not level:
+                del self._levels[job.priority]
+        d = whole_demand(job)
+        self._demand[d] -= 1
+        if not self._demand[d]:
+            del self._demand[d]
+        return job
+
+    def discard(self, name: str) -> None:
+        if name in self._jobs:
+            self.remove(name)
+
+    def get(self, name: str) -> JobSpec | None:
+        return self._jobs.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._jobs
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __iter__(self) -> Iterator[JobSpec]:
+        """Priority (highest first), then queue name, then submit time."""
+        for prio in self.priorities():
+            for q in sorted(self._levels[prio]):
+                yield from self._levels[prio][q][1]
+
+    def priorities(self) -> list[int]:
+        return sorted(self._levels, reverse=True)
+
+    def queues_at(self, priority: int) -> dict[str, list[JobSpec]]:
+        """The jobs of one priority level per queue, each list in submit order (do not mutate)."""
+        return {q: jobs for q, (_keys, jobs) in self._levels[priority].items()}
+
+    def min_whole_demand(self) -> int:
+        """The fewest whole GPUs any queued job needs to start (0 if some job needs none)."""
+        return min(self._demand) if self._demand else 0
