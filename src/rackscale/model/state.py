@@ -117,6 +117,7 @@ class ClusterState:
         self.node_jobs: list[set[str]] = [set() for _ in nodes]
         self.queue_usage: dict[str, Usage] = {}
         self.used_milli = 0
+        self.failed_gpus_count = 0  # GPUs failed or on a down node (kept up to date, O(1) to read)
         # How many running preemptible jobs hold each priority: a preemptor with no lower priority
         # among them skips the victim search entirely.
         self.preemptible_priorities: Counter[int] = Counter()
@@ -337,21 +338,29 @@ class ClusterState:
     # ------------------------------------------------------------------ failures
     def fail_gpu(self, node: int, gpu: int) -> set[str]:
         """Mark a GPU failed; returns the jobs that held it (the caller restarts them)."""
+        if not self.node_down[node] and gpu not in self.gpu_failed[node]:
+            self.failed_gpus_count += 1
         self.gpu_failed[node].add(gpu)
         self._refresh(node)
         return {j for j in self.node_jobs[node] if self._holds_gpu(j, node, gpu)}
 
     def recover_gpu(self, node: int, gpu: int) -> None:
+        if not self.node_down[node] and gpu in self.gpu_failed[node]:
+            self.failed_gpus_count -= 1
         self.gpu_failed[node].discard(gpu)
         self._refresh(node)
 
     def fail_node(self, node: int) -> set[str]:
         """Mark a whole node down; returns the jobs running on it."""
+        if not self.node_down[node]:
+            self.failed_gpus_count += self.cluster.nodes[node].gpus - len(self.gpu_failed[node])
         self.node_down[node] = True
         self._refresh(node)
         return set(self.node_jobs[node])
 
     def recover_node(self, node: int) -> None:
+        if self.node_down[node]:
+            self.failed_gpus_count -= self.cluster.nodes[node].gpus - len(self.gpu_failed[node])
         self.node_down[node] = False
         self._refresh(node)
 
@@ -410,6 +419,7 @@ class ClusterState:
 
     @property
     def failed_gpus(self) -> int:
+        """Recounted from scratch (O(nodes)); :attr:`failed_gpus_count` is the kept-up-to-date value."""
         down = sum(self.cluster.nodes[n].gpus for n, d in enumerate(self.node_down) if d)
         return down + sum(len(f) for n, f in enumerate(self.gpu_failed) if not self.node_down[n])
 
@@ -444,6 +454,7 @@ class ClusterState:
             assert self.rack_whole[r] == whole, f"rack_whole out of sync on {rack.name}"
             assert r in self.rack_index[(rack.gpu_model, rack.region)].buckets[whole]
             assert r in self.rack_index_all[rack.gpu_model].buckets[whole]
+        assert self.failed_gpus_count == self.failed_gpus, "failed_gpus_count out of sync"
 
 
 class Transaction:

@@ -80,6 +80,22 @@ class CommProfile:
 
 
 @dataclass(frozen=True, slots=True)
+class ServingProfile:
+    """An inference service's load: a daily curve of requested tokens per second, and its SLO.
+
+    Demand at hour ``h`` of the day: ``peak * (trough + (1 - trough) * (1 + cos(2*pi*(h - peak_hour)/24)) / 2)``.
+    The autoscaler keeps replicas near ``target_utilisation`` of their capacity.
+    """
+
+    peak_tokens_per_s: float = 4000.0
+    trough_fraction: float = 0.3
+    peak_hour: float = 14.0
+    tokens_per_request: float = 256.0
+    slo_p99_s: float = 2.0
+    target_utilisation: float = 0.6
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     """A job as submitted. Keyword-only; build with :func:`training`, :func:`inference`, :func:`batch`."""
 
@@ -98,6 +114,7 @@ class JobSpec:
     checkpoint_interval_s: float | None = None
     duration_estimate_s: float | None = None
     submit_time: float = 0.0
+    serving: ServingProfile | None = None  # inference only: load curve and SLO (defaults if None)
 
     @property
     def total_gpus(self) -> int:

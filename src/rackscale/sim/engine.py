@@ -1,8 +1,8 @@
 """The event heap, after SimPy: one heap ordered by ``(time, priority, seq)``.
 
 ``seq`` is a counter, so events at the same time and priority pop in the order they were pushed and a
-replay with the same inputs is byte-identical. Real time (the service) will subclass and override only
-:meth:`EventQueue.step`'s wait.
+replay with the same inputs is byte-identical. The live service will drive the same scheduler from the
+wall clock by overriding only how the next instant is reached.
 """
 
 from __future__ import annotations
@@ -13,10 +13,15 @@ from enum import IntEnum
 
 
 class EventKind(IntEnum):
-    """Lower value pops first at equal time: finishes free GPUs before arrivals look for them."""
+    """The value is the priority at equal time: finishes and repairs free capacity before failures take
+    it and arrivals look for it; the periodic ticks see the instant's outcome."""
 
     FINISH = 0
-    ARRIVAL = 1
+    REPAIR = 1
+    FAILURE = 2
+    ARRIVAL = 3
+    AUTOSCALE = 4
+    SAMPLE = 5
 
 
 @dataclass(order=True, slots=True)
@@ -25,8 +30,9 @@ class Event:
     priority: int
     seq: int
     kind: EventKind = field(compare=False)
-    job: str = field(compare=False)
+    job: str = field(compare=False, default="")
     generation: int = field(compare=False, default=0)  # a restarted job's old FINISH is stale
+    target: tuple[str, int, int] | None = field(compare=False, default=None)  # (part, index, gpu) for faults
 
 
 class EventQueue:
@@ -35,18 +41,28 @@ class EventQueue:
         self._seq = 0
         self.now = 0.0
 
-    def push(self, time: float, kind: EventKind, job: str, generation: int = 0) -> None:
+    def push(
+        self,
+        time: float,
+        kind: EventKind,
+        job: str = "",
+        generation: int = 0,
+        target: tuple[str, int, int] | None = None,
+    ) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, Event(time, int(kind), self._seq, kind, job, generation))
+        heapq.heappush(self._heap, Event(time, int(kind), self._seq, kind, job, generation, target))
 
     def pop_batch(self) -> list[Event]:
-        """All events at the next instant (the scheduler runs once per instant, not per event)."""
+        """All events at the next instant (the scheduler runs once per instant, not once per event)."""
         first = heapq.heappop(self._heap)
         self.now = first.time
         batch = [first]
         while self._heap and self._heap[0].time == first.time:
             batch.append(heapq.heappop(self._heap))
         return batch
+
+    def peek_time(self) -> float | None:
+        return self._heap[0].time if self._heap else None
 
     def __bool__(self) -> bool:
         return bool(self._heap)

@@ -1,0 +1,134 @@
+"""The KPIs, with the exact definitions of DESIGN.md section 5, accumulated while the simulation runs.
+
+- allocation ratio: allocated GPU-seconds / available (healthy) GPU-seconds.
+- idle rate: GPU-seconds left unallocated *while jobs that could use them wait* (at most the waiting
+  jobs' demand), over the available GPU-seconds of those same periods. Idle capacity with no waiting
+  work is not the scheduler's fault: reported apart as ``idle_no_work_share``.
+- intra-rack traffic share: bytes carried on NVLink / all bytes moved by jobs.
+- JCT and queueing delay (first start - submit): mean / p50 / p99, overall and per job kind.
+- throughput: training samples/s and inference tokens/s over the makespan; cost = every GPU of the
+  cluster at its hourly price for the makespan (idle GPUs cost too); cost per million tokens and per
+  million samples; cost efficiency = throughput / (cost per hour x 3600), as the seed writes it.
+- fragmentation: the share of free GPUs in racks too full to host the typical (median) pending request.
+- inference: SLO attainment (share of served demand-time whose p99 latency met the SLO), worst p99.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rackscale.model.workload import JobKind
+
+
+def percentile(xs: Sequence[float], q: float) -> float:
+    if not xs:
+        return 0.0
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
+@dataclass(slots=True)
+class KpiAccumulator:
+    allocated_gpu_s: float = 0.0
+    available_gpu_s: float = 0.0
+    idle_waiting_gpu_s: float = 0.0
+    available_while_waiting_gpu_s: float = 0.0
+    idle_no_work_gpu_s: float = 0.0
+    bytes_nvlink: float = 0.0
+    bytes_rdma: float = 0.0
+    bytes_backbone: float = 0.0
+    samples: float = 0.0
+    tokens: float = 0.0
+    slo_met_weight: float = 0.0
+    slo_weight: float = 0.0
+    worst_p99_latency_s: float = 0.0
+    frag_samples: list[float] = field(default_factory=list)
+    jct: dict[JobKind, list[float]] = field(default_factory=dict)
+    queueing: dict[JobKind, list[float]] = field(default_factory=dict)
+    completed: int = 0
+    failed: int = 0
+    preemptions: int = 0
+    restarts: int = 0
+    lost_gpu_s: float = 0.0
+    events: int = 0
+    cycles: int = 0
+    multi_gpu_starts: int = 0
+    single_rack_starts: int = 0
+
+    def interval(self, *, dt: float, healthy: float, allocated: float, waiting_demand: float) -> None:
+        """Account ``dt`` seconds with ``allocated`` of ``healthy`` GPUs busy and ``waiting_demand`` GPUs
+        asked for by jobs that wait."""
+        if dt <= 0:
+            return
+        free = max(healthy - allocated, 0.0)
+        self.allocated_gpu_s += allocated * dt
+        self.available_gpu_s += healthy * dt
+        if waiting_demand > 0:
+            self.idle_waiting_gpu_s += min(free, waiting_demand) * dt
+            self.available_while_waiting_gpu_s += healthy * dt
+            self.idle_no_work_gpu_s += max(free - waiting_demand, 0.0) * dt
+        else:
+            self.idle_no_work_gpu_s += free * dt
+
+    def finished(self, kind: JobKind, *, jct: float) -> None:
+        self.completed += 1
+        self.jct.setdefault(kind, []).append(jct)
+
+    def started(self, kind: JobKind, *, wait: float) -> None:
+        self.queueing.setdefault(kind, []).append(wait)
+
+    def kpis(self, *, makespan_s: float, cluster_gpus: int, price_per_gpu_hour: float) -> dict[str, float | int]:
+        all_jct = [x for xs in self.jct.values() for x in xs]
+        all_wait = [x for xs in self.queueing.values() for x in xs]
+        hours = makespan_s / 3600.0
+        cost_per_hour = cluster_gpus * price_per_gpu_hour
+        cost = cost_per_hour * hours
+        samples_s = self.samples / makespan_s if makespan_s > 0 else 0.0
+        tokens_s = self.tokens / makespan_s if makespan_s > 0 else 0.0
+        total_bytes = self.bytes_nvlink + self.bytes_rdma + self.bytes_backbone
+        out: dict[str, float | int] = {
+            "completed": self.completed,
+            "failed": self.failed,
+            "allocation_ratio": _ratio(self.allocated_gpu_s, self.available_gpu_s),
+            "idle_rate": _ratio(self.idle_waiting_gpu_s, self.available_while_waiting_gpu_s),
+            "idle_no_work_share": _ratio(self.idle_no_work_gpu_s, self.available_gpu_s),
+            "intra_rack_traffic_share": self.bytes_nvlink / total_bytes if total_bytes > 0 else 1.0,
+            "rdma_bytes": self.bytes_rdma,
+            "backbone_bytes": self.bytes_backbone,
+            "single_rack_share": _ratio(self.single_rack_starts, self.multi_gpu_starts, empty=1.0),
+            "mean_jct_s": statistics.fmean(all_jct) if all_jct else 0.0,
+            "p50_jct_s": percentile(all_jct, 0.50),
+            "p99_jct_s": percentile(all_jct, 0.99),
+            "mean_queueing_s": statistics.fmean(all_wait) if all_wait else 0.0,
+            "p50_queueing_s": percentile(all_wait, 0.50),
+            "p99_queueing_s": percentile(all_wait, 0.99),
+            "training_samples_per_s": samples_s,
+            "inference_tokens_per_s": tokens_s,
+            "cost_per_hour": cost_per_hour,
+            "cost_per_million_tokens": cost / self.tokens * 1e6 if self.tokens else 0.0,
+            "cost_per_million_samples": cost / self.samples * 1e6 if self.samples else 0.0,
+            "cost_efficiency_samples": samples_s / (cost_per_hour * 3600.0) if cost_per_hour else 0.0,
+            "cost_efficiency_tokens": tokens_s / (cost_per_hour * 3600.0) if cost_per_hour else 0.0,
+            "slo_attainment": _ratio(self.slo_met_weight, self.slo_weight, empty=1.0),
+            "worst_p99_latency_s": self.worst_p99_latency_s,
+            "fragmentation": statistics.fmean(self.frag_samples) if self.frag_samples else 0.0,
+            "preemptions": self.preemptions,
+            "restarts": self.restarts,
+            "lost_gpu_hours": self.lost_gpu_s / 3600.0,
+            "makespan_s": makespan_s,
+            "events": self.events,
+            "cycles": self.cycles,
+        }
+        for kind in JobKind:
+            if kind in self.jct:
+                out[f"mean_jct_s_{kind.value}"] = statistics.fmean(self.jct[kind])
+            if kind in self.queueing:
+                out[f"mean_queueing_s_{kind.value}"] = statistics.fmean(self.queueing[kind])
+        return out
+
+
+def _ratio(a: float, b: float, *, empty: float = 0.0) -> float:
+    return a / b if b > 0 else empty
