@@ -175,16 +175,19 @@ class ClusterState:
         """``None`` if the slice fits now, else why not (for error messages). ``health=False`` checks
         capacity only: a job being restored held its slices before the hardware failed."""
         n = a.node
-        free_of = self.usable_free if health else (lambda n, g: self.gpu_free[n][g])
         if health and self.node_down[n]:
             return f"node {self.cluster.nodes[n].name} is down"
-        if len(set(a.gpus)) != len(a.gpus):
+        free = self.gpu_free[n]
+        failed = self.gpu_failed[n] if health else ()
+        gpus = a.gpus
+        if len(gpus) > 1 and len(set(gpus)) != len(gpus):
             return "a GPU is listed twice in one slice"
-        for g in a.gpus:
-            if g >= len(self.gpu_free[n]):
+        for g in gpus:
+            if g >= len(free):
                 return f"node {self.cluster.nodes[n].name} has no GPU {g}"
-            if free_of(n, g) < a.milli:
-                return f"GPU {g} of node {self.cluster.nodes[n].name} has {free_of(n, g)} milli free"
+            have = 0 if g in failed else free[g]
+            if have < a.milli:
+                return f"GPU {g} of node {self.cluster.nodes[n].name} has {have} milli free"
         if a.cpu_milli > self.cpu_free[n]:
             return f"node {self.cluster.nodes[n].name} has {self.cpu_free[n]} milli-CPU free"
         if a.memory_mib > self.mem_free[n]:
@@ -258,9 +261,10 @@ class ClusterState:
                 heapq.heapify(self._ends)
             heapq.heappush(self._ends, (expected_end, spec.name))
         u = self.queue_usage.setdefault(spec.queue, Usage())
-        u.gpu_milli += placement.gpu_milli
-        u.cpu_milli += sum(a.cpu_milli for a in placement.allocs)
-        u.memory_mib += sum(a.memory_mib for a in placement.allocs)
+        for a in placement.allocs:
+            u.gpu_milli += a.milli * len(a.gpus)
+            u.cpu_milli += a.cpu_milli
+            u.memory_mib += a.memory_mib
         u.jobs += 1
         return rj
 
@@ -277,9 +281,10 @@ class ClusterState:
             if not self.preemptible_priorities[rj.spec.priority]:
                 del self.preemptible_priorities[rj.spec.priority]
         u = self.queue_usage[rj.spec.queue]
-        u.gpu_milli -= rj.placement.gpu_milli
-        u.cpu_milli -= sum(a.cpu_milli for a in rj.placement.allocs)
-        u.memory_mib -= sum(a.memory_mib for a in rj.placement.allocs)
+        for a in rj.placement.allocs:
+            u.gpu_milli -= a.milli * len(a.gpus)
+            u.cpu_milli -= a.cpu_milli
+            u.memory_mib -= a.memory_mib
         u.jobs -= 1
         return rj
 

@@ -126,6 +126,13 @@ class GPUCluster:
     pricing: Pricing = field(default_factory=Pricing)
     spines_per_region: int = 4
     gpu_models: tuple[str, ...] = ()
+    # Derived once (read on every simulated instant): the total and the largest rack.
+    total_gpus: int = field(init=False, default=0)
+    max_rack_gpus: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total_gpus", sum(r.gpus for r in self.racks))
+        object.__setattr__(self, "max_rack_gpus", max((r.gpus for r in self.racks), default=0))
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -257,14 +264,6 @@ class GPUCluster:
         )
 
     # ------------------------------------------------------------------ queries
-    @property
-    def total_gpus(self) -> int:
-        return sum(r.gpus for r in self.racks)
-
-    @property
-    def max_rack_gpus(self) -> int:
-        return max(r.gpus for r in self.racks)
-
     def level(self, role: str) -> TopologyLevel:
         """The level playing ``role`` (``region``, ``rack`` or ``node``)."""
         return self.levels[LEVEL_ROLES.index(role)]

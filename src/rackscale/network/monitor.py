@@ -224,6 +224,8 @@ class NetworkMonitor:
         return Route(flow, gbps, path, choice.fits)
 
     def _add_sums(self, traffic: Traffic, steps_per_s: float, *, sign: int) -> None:
+        if traffic.total == 0:
+            return  # a job that moves no bytes (one GPU, batch) changes no sum: skip the exact arithmetic
         for i, v in enumerate((traffic.nvlink, traffic.rdma, traffic.backbone)):
             # The per-second product is rounded once, as a float, so the add and the remove agree.
             self._sums[i] += sign * Fraction(v)

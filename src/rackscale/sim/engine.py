@@ -8,7 +8,7 @@ wall clock by overriding only how the next instant is reached.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 
 
@@ -24,20 +24,21 @@ class EventKind(IntEnum):
     SAMPLE = 5
 
 
-@dataclass(order=True, slots=True)
+@dataclass(slots=True)
 class Event:
     time: float
     priority: int
     seq: int
-    kind: EventKind = field(compare=False)
-    job: str = field(compare=False, default="")
-    generation: int = field(compare=False, default=0)  # a restarted job's old FINISH is stale
-    target: tuple[str, int, int] | None = field(compare=False, default=None)  # (part, index, gpu) for faults
+    kind: EventKind
+    job: str = ""
+    generation: int = 0  # a restarted job's old FINISH is stale
+    target: tuple[str, int, int] | None = None  # (part, index, gpu) for faults
 
 
 class EventQueue:
     def __init__(self) -> None:
-        self._heap: list[Event] = []
+        # Entries are plain tuples, (time, priority, seq, event): tuple comparison runs in C.
+        self._heap: list[tuple[float, int, int, Event]] = []
         self._seq = 0
         self.now = 0.0
 
@@ -50,19 +51,20 @@ class EventQueue:
         target: tuple[str, int, int] | None = None,
     ) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, Event(time, int(kind), self._seq, kind, job, generation, target))
+        prio = int(kind)
+        heapq.heappush(self._heap, (time, prio, self._seq, Event(time, prio, self._seq, kind, job, generation, target)))
 
     def pop_batch(self) -> list[Event]:
         """All events at the next instant (the scheduler runs once per instant, not once per event)."""
-        first = heapq.heappop(self._heap)
+        first = heapq.heappop(self._heap)[3]
         self.now = first.time
         batch = [first]
-        while self._heap and self._heap[0].time == first.time:
-            batch.append(heapq.heappop(self._heap))
+        while self._heap and self._heap[0][0] == first.time:
+            batch.append(heapq.heappop(self._heap)[3])
         return batch
 
     def peek_time(self) -> float | None:
-        return self._heap[0].time if self._heap else None
+        return self._heap[0][0] if self._heap else None
 
     def __bool__(self) -> bool:
         return bool(self._heap)

@@ -98,6 +98,7 @@ class Simulator:
         self.active = len(self.specs)
         self.uplinks_down = [0] * len(cluster.racks)
         self.multi_rack_by_rack: list[set[str]] = [set() for _ in cluster.racks]
+        self.serving_jobs: set[str] = set()  # running inference services (the per-instant accounting visits only these)
         self.series: dict[str, list[float]] = {k: [] for k in ("t", "allocated", "queued", "running", "nvlink_gbps")}
         self.rack_series: list[list[float]] = []
         self._faults = FaultSource(
@@ -251,6 +252,7 @@ class Simulator:
             for rack in r.traffic.racks:
                 self.multi_rack_by_rack[rack].add(spec.name)
         if spec.kind is JobKind.INFERENCE:
+            self.serving_jobs.add(spec.name)
             self._rescale(r, now)
         self._set_rate(r, now)
         if r.traffic.inter_rack > 0:
@@ -320,6 +322,7 @@ class Simulator:
                 for rack in traffic.racks:
                     self.multi_rack_by_rack[rack].discard(name)
                 self._refresh_neighbours(r, now)
+        self.serving_jobs.discard(name)
         r.status = "stopped"
         r.generation += 1
 
@@ -369,10 +372,9 @@ class Simulator:
 
     def _autoscale(self, now: float) -> bool:
         changed = False
-        for r in self.runs.values():
+        for name in sorted(self.serving_jobs):
+            r = self.runs[name]
             spec = r.spec
-            if spec.kind is not JobKind.INFERENCE or r.status != "running":
-                continue
             rj = self.state.running[spec.name]
             prof = self._profile(spec)
             lo = spec.min_units or 1
@@ -403,9 +405,8 @@ class Simulator:
             self.state.retract(r.spec.name, tuple(victims), len(victims))
 
     def _serve(self, dt: float, t_mid: float) -> None:
-        for r in self.runs.values():
-            if r.spec.kind is not JobKind.INFERENCE or r.status != "running":
-                continue
+        for name in sorted(self.serving_jobs):
+            r = self.runs[name]
             prof = self._profile(r.spec)
             rj = self.state.running.get(r.spec.name)
             replicas = rj.placement.units if rj is not None else 0
