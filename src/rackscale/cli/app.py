@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from rackscale.cli.pack import pack
 from rackscale.cli.schedule import schedule
 from rackscale.cli.simulate import simulate
 from rackscale.cli.validate import validate
@@ -21,6 +22,7 @@ app = typer.Typer(
 app.command()(simulate)
 app.command()(schedule)
 app.command()(validate)
+app.command()(pack)
 
 
 def _mount_bench() -> None:
