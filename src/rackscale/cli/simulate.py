@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,68 +12,112 @@ from rackscale.cli.common import resolve_cluster
 from rackscale.cli.output import OutputFormat, emit, err_console, fail
 
 KPI_ROWS = (
-    "jobs",
     "completed",
+    "failed",
     "allocation_ratio",
-    "single_rack_share",
+    "idle_rate",
     "intra_rack_traffic_share",
-    "mean_wait_s",
-    "p99_wait_s",
+    "single_rack_share",
     "mean_jct_s",
     "p99_jct_s",
+    "mean_queueing_s",
+    "p99_queueing_s",
+    "training_samples_per_s",
+    "inference_tokens_per_s",
+    "slo_attainment",
+    "cost_per_million_tokens",
+    "cost_per_million_samples",
+    "cost_efficiency_samples",
+    "fragmentation",
     "preemptions",
+    "lost_gpu_hours",
     "makespan_s",
 )
-KPI_GOALS = {"intra_rack_traffic_share": ">= 0.90", "single_rack_share": "higher is better"}
+KPI_GOALS = {
+    "idle_rate": "<= 0.05",
+    "intra_rack_traffic_share": ">= 0.90",
+    "single_rack_share": "higher",
+    "mean_jct_s": "lower",
+    "slo_attainment": "higher",
+}
 
 
 def simulate(
     cluster_file: Path | None = typer.Option(None, "--cluster", help="Cluster spec (YAML). Default: NVL72 racks."),
     racks: int | None = typer.Option(None, "--racks", help="Racks of the default NVL72 cluster (default 4)."),
-    jobs_file: Path | None = typer.Option(None, "--jobs", help="Job specs (YAML/JSON). Default: synthetic mix."),
+    trace: str | None = typer.Option(
+        None, "--trace", help="A real trace as FORMAT:PATH: philly:, alibaba: (pods), csv:, jsonl:."
+    ),
+    jobs_file: Path | None = typer.Option(None, "--jobs", help="Job specs (YAML/JSON) instead of a trace."),
     n_jobs: int = typer.Option(600, "--n-jobs", min=1, help="Jobs in the synthetic mix."),
+    duration_h: float | None = typer.Option(
+        None, "--duration", min=0.001, help="Hours of workload: the synthetic window (24 h) or a trace's first hours."
+    ),
+    arrival_scale: float = typer.Option(1.0, "--arrival-scale", min=0.001, help="Arrival-rate factor (2 = twice)."),
+    gpu_scale: float = typer.Option(1.0, "--gpu-scale", min=0.001, help="GPU-count factor for trace jobs."),
     policy: str = typer.Option("rackscale", "--policy", help="Profile under test."),
     baselines: list[str] = typer.Option(["first-fit"], "--baseline", help="Baseline profiles (repeatable)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic workload and random placers."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic workload, failures and random placers."),
+    gpu_mtbf_h: float | None = typer.Option(None, "--gpu-mtbf-h", help="Mean hours between failures of one GPU."),
+    node_mtbf_h: float | None = typer.Option(None, "--node-mtbf-h", help="Mean hours between failures of a node."),
+    uplink_mtbf_h: float | None = typer.Option(None, "--uplink-mtbf-h", help="Mean hours between uplink failures."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output: {'runs': [...]}."),
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="table, json or yaml."),
+    report: Path | None = typer.Option(None, "--report", help="Also write a self-contained HTML report here."),
 ) -> None:
     """Replay a workload with each policy and print the KPIs side by side.
 
     With no options: 4 NVL72 racks (288 GPUs) and 24 h of the embedded synthetic mix (training gangs
-    sized like Philly plus a multi-rack tail, inference services, batch jobs), rackscale vs first-fit.
+    sized like Philly plus a multi-rack tail, inference services with a daily load curve, batch jobs),
+    rackscale vs first-fit. Placement changes speed: a gang split over racks runs at RDMA speed.
 
     Examples:\n
       rackscale simulate\n
       rackscale simulate --racks 8 --baseline slurm-tree --baseline best-fit\n
+      rackscale simulate --trace philly:../shared/traces/philly/philly.csv --racks 32 --arrival-scale 4\n
       rackscale simulate --cluster examples/seed-gpucluster.yaml --json
     """
     from rackscale.scheduler import PROFILES
-    from rackscale.sim import replay
-    from rackscale.workloads import SyntheticConfig, synthetic_jobs
+    from rackscale.sim.faults import FaultConfig
+    from rackscale.sim.simulator import SimConfig, Simulator
 
     for p in (policy, *baselines):
         if p not in PROFILES:
             fail(f"unknown policy {p!r}; choose one of: {', '.join(PROFILES)}")
     cluster = resolve_cluster(cluster_file, racks)
-    if jobs_file is not None:
-        from rackscale.loaders import load_jobs
-        from rackscale.model.specs import SpecError
-
-        try:
-            jobs = load_jobs(jobs_file)
-        except SpecError as err:
-            fail(str(err))
-    else:
-        jobs = synthetic_jobs(SyntheticConfig(jobs=n_jobs, max_gpus=cluster.total_gpus, seed=seed))
-    if not jobs:
-        fail("the workload has no jobs")
+    jobs = _workload(cluster, trace, jobs_file, n_jobs, duration_h, arrival_scale, gpu_scale, seed)
+    faults = FaultConfig(gpu_mtbf_h=gpu_mtbf_h, node_mtbf_h=node_mtbf_h, uplink_mtbf_h=uplink_mtbf_h)
     policies = list(dict.fromkeys((policy, *baselines)))
     runs: list[dict[str, Any]] = []
-    with err_console.status("simulating...") as status:
+    results = []
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} jobs"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    ) as bar:
         for p in policies:
-            status.update(f"simulating {len(jobs)} jobs on {cluster.total_gpus} GPUs with {p}...")
-            runs.append({"policy": p, "kpis": replay(cluster, jobs, policy=p, seed=seed).kpis()})
+            task = bar.add_task(f"{p}: {len(jobs)} jobs on {cluster.total_gpus} GPUs", total=len(jobs))
+            last = [0.0]
+
+            def tick(done: int, total: int, now: float, task: Any = task, last: list[float] = last) -> None:
+                t = time.monotonic()
+                if t - last[0] > 0.2 or done == total:  # refresh a few times a second, not per event
+                    last[0] = t
+                    bar.update(task, completed=done)
+
+            result = Simulator(cluster, jobs, SimConfig(policy=p, seed=seed, faults=faults)).run(on_progress=tick)
+            results.append(result)
+            runs.append({"policy": p, "kpis": result.kpis, "failed_reasons": result.failed_reasons()})
+    if report is not None:
+        from rackscale.sim.report import write_report
+
+        write_report(report, cluster=cluster, results=results, workload=f"{len(jobs)} jobs")
+        err_console.print(f"report written to {report}")
     if as_json or output is not OutputFormat.table:
         payload = {
             "cluster": {"name": cluster.name, "gpus": cluster.total_gpus, "racks": len(cluster.racks)},
@@ -81,7 +126,6 @@ def simulate(
         }
         emit(payload, OutputFormat.json if as_json else output)
         return
-    # KPIs as rows, policies as columns: side by side reads well in any terminal width.
     table_rows = [
         {"kpi": k, **{str(r["policy"]): r["kpis"].get(k) for r in runs}, "goal": KPI_GOALS.get(k, "")} for k in KPI_ROWS
     ]
@@ -91,3 +135,46 @@ def simulate(
         columns=("kpi", *policies, "goal"),
         title=f"{len(jobs)} jobs on {cluster.name} ({cluster.total_gpus} GPUs, {len(cluster.racks)} racks)",
     )
+
+
+def _workload(
+    cluster: Any,
+    trace: str | None,
+    jobs_file: Path | None,
+    n_jobs: int,
+    duration_h: float | None,
+    arrival_scale: float,
+    gpu_scale: float,
+    seed: int,
+) -> list[Any]:
+    from rackscale.model.specs import SpecError
+    from rackscale.workloads import SyntheticConfig, load_trace, synthetic_jobs
+
+    if trace is not None and jobs_file is not None:
+        fail("give either --trace or --jobs, not both")
+    try:
+        if trace is not None:
+            window = (0.0, duration_h * 3600.0) if duration_h is not None else None
+            loaded = load_trace(trace, gpu_scale=gpu_scale, arrival_scale=arrival_scale, time_window=window)
+            if loaded.skipped:
+                err_console.print(f"skipped {len(loaded.skipped)} malformed rows of {loaded.source}")
+            jobs = list(loaded.jobs)
+        elif jobs_file is not None:
+            from rackscale.loaders import load_jobs
+
+            jobs = load_jobs(jobs_file)
+        else:
+            hours = duration_h if duration_h is not None else 24.0
+            jobs = synthetic_jobs(
+                SyntheticConfig(
+                    jobs=max(1, round(n_jobs * arrival_scale)),
+                    duration_s=hours * 3600.0,
+                    max_gpus=cluster.total_gpus,
+                    seed=seed,
+                )
+            )
+    except SpecError as err:
+        fail(str(err))
+    if not jobs:
+        fail("the workload has no jobs (check --duration and the trace's time window)")
+    return jobs
