@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from rackscale.cli.compare_arch import compare_arch
 from rackscale.cli.pack import pack
 from rackscale.cli.schedule import schedule
 from rackscale.cli.simulate import simulate
@@ -23,6 +24,7 @@ app.command()(simulate)
 app.command()(schedule)
 app.command()(validate)
 app.command()(pack)
+app.command(name="compare-arch")(compare_arch)
 
 
 def _mount_bench() -> None:

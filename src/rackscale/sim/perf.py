@@ -14,8 +14,8 @@ crosses (DESIGN.md section 4):
   a rack's uplinks (or the backbone) ask for more than its capacity, all of them are slowed by the same
   factor, ``demand / capacity`` (proportional sharing, from each job's uncontended demand).
 
-A job's *work* is its step count: ``duration_estimate_s`` is its run time at its best placement (the
-fewest racks that can hold it, uncontended), so a slower placement finishes later, in proportion.
+A job's *work* is its step count: ``duration_estimate_s`` is its run time with all its GPUs on NVLink
+(one domain, uncontended), so a slower placement finishes later, in proportion.
 Inference replicas all-reduce their tensor-parallel activations the same way: a replica split over
 racks serves fewer tokens per second.
 """
@@ -128,9 +128,13 @@ def training_step(cluster: GPUCluster, spec: JobSpec, layout: Layout, *, slowdow
 
 
 def ideal_step(cluster: GPUCluster, spec: JobSpec) -> StepTime:
-    """The step time at the job's best placement (fewest racks, no contention): the work reference."""
+    """The work reference: the step time with every GPU of the job on NVLink (one domain, uncontended).
+
+    The same for every cluster (only the tiers' speeds enter), so one workload carries the same work on
+    two architectures; a job larger than a domain, or split over domains, runs slower than its estimate.
+    """
     gpus = max(spec.total_gpus, 1) if spec.kind is not JobKind.INFERENCE else max(spec.unit.gpus, 1)
-    return training_step(cluster, spec, Layout.packed(cluster, gpus))
+    return training_step(cluster, spec, Layout(((0, 0, gpus),)))
 
 
 def samples_per_step(spec: JobSpec, gpus: int) -> float:
