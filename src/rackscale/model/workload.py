@@ -51,6 +51,15 @@ class Resources:
     cpu_milli: int = 0
     memory_mib: int = 0
     gpu_models: frozenset[str] | None = None
+    # The hash, computed once: the scheduler keys per-cycle caches on a job's resources.
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        key = (self.gpus, self.gpu_milli, self.cpu_milli, self.memory_mib, self.gpu_models)
+        object.__setattr__(self, "_hash", hash(key))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def is_fractional(self) -> bool:

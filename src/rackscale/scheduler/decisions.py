@@ -41,6 +41,7 @@ class Reservation:
     job: str
     racks: frozenset[int]
     start: float | None  # None: no estimate of when it can start (some running jobs have no end estimate)
+    priority: int = 0  # the holder's: only jobs of no higher priority must stay off its racks
 
 
 @dataclass(frozen=True, slots=True)

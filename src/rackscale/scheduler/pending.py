@@ -14,6 +14,19 @@ from collections.abc import Iterable, Iterator
 from rackscale.model.workload import JobKind, JobSpec
 
 _Key = tuple[float, str]
+# What a job asks for, independent of the cycle: kind, unit, constraints, priority, whether it may preempt.
+StaticShape = tuple[object, ...]
+
+
+def static_shape(job: JobSpec) -> StaticShape:
+    return (
+        job.kind,
+        job.unit,
+        job.topology.required,
+        job.topology.preferred,
+        job.priority,
+        job.preemption_policy.value != "Never",
+    )
 
 
 def whole_demand(job: JobSpec) -> int:
@@ -24,12 +37,13 @@ def whole_demand(job: JobSpec) -> int:
 
 
 class PendingQueue:
-    __slots__ = ("_demand", "_jobs", "_levels")
+    __slots__ = ("_demand", "_jobs", "_levels", "_shapes")
 
     def __init__(self, jobs: Iterable[JobSpec] = ()) -> None:
         self._levels: dict[int, dict[str, tuple[list[_Key], list[JobSpec]]]] = {}
         self._jobs: dict[str, JobSpec] = {}
         self._demand: Counter[int] = Counter()
+        self._shapes: dict[StaticShape, Counter[int]] = {}  # units asked for, per static shape
         for j in jobs:
             self.add(j)
 
@@ -44,6 +58,7 @@ class PendingQueue:
         jobs.insert(i, job)
         self._jobs[job.name] = job
         self._demand[whole_demand(job)] += 1
+        self._shapes.setdefault(static_shape(job), Counter())[job.required_units] += 1
 
     def remove(self, name: str) -> JobSpec:
         """Take a job out of the queue. Raises ``KeyError`` if it is not queued."""
@@ -61,6 +76,13 @@ class PendingQueue:
         self._demand[d] -= 1
         if not self._demand[d]:
             del self._demand[d]
+        shape = static_shape(job)
+        units = self._shapes[shape]
+        units[job.required_units] -= 1
+        if not units[job.required_units]:
+            del units[job.required_units]
+            if not units:
+                del self._shapes[shape]
         return job
 
     def discard(self, name: str) -> None:
@@ -88,6 +110,15 @@ class PendingQueue:
     def queues_at(self, priority: int) -> dict[str, list[JobSpec]]:
         """The jobs of one priority level per queue, each list in submit order (do not mutate)."""
         return {q: jobs for q, (_keys, jobs) in self._levels[priority].items()}
+
+    def shape_count(self) -> int:
+        """How many distinct static shapes the queued jobs have."""
+        return len(self._shapes)
+
+    def min_units(self, shape: StaticShape) -> int | None:
+        """The fewest units any queued job of ``shape`` asks for (None if there is none)."""
+        units = self._shapes.get(shape)
+        return min(units) if units else None
 
     def min_whole_demand(self) -> int:
         """The fewest whole GPUs any queued job needs to start (0 if some job needs none)."""

@@ -48,7 +48,7 @@ from rackscale.scheduler.framework import (
     QueueConfig,
     unknown,
 )
-from rackscale.scheduler.pending import PendingQueue
+from rackscale.scheduler.pending import PendingQueue, StaticShape, static_shape
 from rackscale.scheduler.placement.baselines import BestFitNoTopology, FirstFitSpread, RandomPlacer, SlurmTree
 from rackscale.scheduler.placement.request import GroupRequest, racks_descending
 from rackscale.scheduler.placement.topology_pack import TopologyPack
@@ -107,11 +107,21 @@ class ResourceScheduler:
         self.queues: dict[str, QueueConfig] = dict(queues or {})
 
     # ------------------------------------------------------------------ the cycle
-    def schedule(self, state: ClusterState, pending: Sequence[JobSpec] | PendingQueue, now: float) -> Decisions:
+    def schedule(
+        self,
+        state: ClusterState,
+        pending: Sequence[JobSpec] | PendingQueue,
+        now: float,
+        *,
+        reservation: Reservation | None = None,
+    ) -> Decisions:
         """Decide what to start, preempt and keep waiting. ``state`` is left as it was found.
 
         ``pending`` may be a plain sequence, or a :class:`PendingQueue` kept sorted between cycles by a
         long-running caller (the simulator, the service), which spares a sort of the backlog per cycle.
+        ``reservation`` is one still in force from an earlier cycle whose holder is not in ``pending``
+        (a caller that schedules only newly arrived jobs): jobs of no higher priority that would delay it
+        are kept off its racks, as they would be in a full cycle.
         """
         queue = pending if isinstance(pending, PendingQueue) else PendingQueue(pending)
         ctx = CycleContext(now=now, queues=self.queues, models=state.cluster.gpu_models)
@@ -119,24 +129,39 @@ class ResourceScheduler:
         placed: list[Placed] = []
         preempted: list[Preemption] = []
         waiting: list[Pending] = []
-        reservation: Reservation | None = None
         failed: dict[_Shape, tuple[int, Status]] = {}
         tried = examined = 0
         min_demand = queue.min_whole_demand()
+        # Static shapes whose smallest queued request has failed unconstrained (no reservation racks
+        # excluded, split allowed): every queued job of such a shape fails too. Once all shapes are
+        # covered the cycle can stop. Inference is left out (a running service's scale-up is not
+        # comparable with a new request of the same shape).
+        covered: set[StaticShape] = set()
+        shapes = queue.shape_count()
+        stop: Status | None = None
         try:
             for job in self.queue_sort.order(queue, state, ctx):
+                if len(covered) == shapes:
+                    stop = _SAME_SHAPE_FAILED
+                    break  # every queued shape has failed at its smallest size: nothing else can fit
                 if examined and min_demand and _no_room_left(state, min_demand, job.priority):
+                    stop = _CLUSTER_FULL
                     # No remaining job fits and nobody can be preempted: the rest would fail too. (The
                     # head of the queue is always examined, so it always gets a detailed reason.)
                     break
                 examined += 1
-                status = self._filter(job, state, ctx)
+                status = self._static_status(job, state, ctx)
                 if status is not None:
                     waiting.append(Pending(job, status))
                     continue
                 end = now + job.duration_estimate_s if job.duration_estimate_s is not None else None
                 exclude: frozenset[int] = frozenset()
-                if reservation is not None and not _fits_before(end, reservation):
+                if (
+                    reservation is not None
+                    and job.name != reservation.job
+                    and job.priority <= reservation.priority
+                    and not _fits_before(end, reservation)
+                ):
                     exclude = reservation.racks
                 shape: _Shape = (
                     job.kind,
@@ -152,6 +177,10 @@ class ResourceScheduler:
                 if seen is not None and job.required_units >= seen[0] and job.name not in state.running:
                     waiting.append(Pending(job, seen[1]))
                     continue
+                status = self._run(self._dynamic_filters, job, state, ctx)
+                if status is not None:
+                    waiting.append(Pending(job, status))
+                    continue
                 tried += 1
                 got = self._place_job(cycle, job, ctx, exclude=exclude, only=None)
                 if isinstance(got, Placed):
@@ -165,8 +194,13 @@ class ResourceScheduler:
                         placed.append(done[0])
                         preempted.extend(done[1])
                         failed.clear()  # room was freed: earlier failures may fit now
+                        covered.clear()
                         continue
                 failed[shape] = (job.required_units, status)
+                if not exclude and shape[7] and job.kind is not JobKind.INFERENCE:
+                    static = static_shape(job)
+                    if job.required_units <= (queue.min_units(static) or 0):
+                        covered.add(static)
                 if reservation is None and self.profile.backfill and status.code is Code.UNSCHEDULABLE:
                     reservation = plan_reservation(job, state, ctx)
                     if reservation is not None:
@@ -188,19 +222,19 @@ class ResourceScheduler:
             pending=tuple(waiting),
             reservation=reservation,
             not_examined=unexamined,
-            not_examined_status=_CLUSTER_FULL if unexamined else None,
+            not_examined_status=stop if unexamined else None,
             stats={"pending": len(queue), "examined": examined, "tried": tried, "placed": len(placed)},
         )
 
-    def _filter(self, job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status | None:
+    def _static_status(self, job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status | None:
+        """The static filters' answer, remembered per job shape (they read only the job and the cluster)."""
         if state.cluster is not self._static_for:
             self._static_for, self._static_memo = state.cluster, {}
         key = (job.kind, job.unit, job.units, job.min_units, job.topology.required)
         if key in self._static_memo:
-            st: Status | None = self._static_memo[key]
-        else:
-            st = self._static_memo[key] = self._run(self._static_filters, job, state, ctx)
-        return st if st is not None else self._run(self._dynamic_filters, job, state, ctx)
+            return self._static_memo[key]
+        st = self._static_memo[key] = self._run(self._static_filters, job, state, ctx)
+        return st
 
     @staticmethod
     def _run(filters: list[Filter], job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status | None:
@@ -431,6 +465,15 @@ _CLUSTER_FULL = Status(
     Reason.INSUFFICIENT_GPUS,
     "waiting for GPUs: fewer GPUs are free than any pending job needs, and no lower-priority job can be "
     "preempted (not examined in detail this cycle)",
+    "scheduler",
+)
+
+
+_SAME_SHAPE_FAILED = Status(
+    Code.UNSCHEDULABLE,
+    Reason.INSUFFICIENT_GPUS,
+    "waiting for GPUs: a job ahead in the queue asking for the same resources, or fewer, could not be "
+    "placed this cycle (not examined in detail)",
     "scheduler",
 )
 

@@ -21,7 +21,7 @@ from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import JobKind, JobSpec, ServingProfile
 from rackscale.network.monitor import NetworkMonitor
 from rackscale.network.traffic import Traffic
-from rackscale.scheduler import Code, PendingQueue, ResourceScheduler, apply_decisions
+from rackscale.scheduler import Code, Decisions, PendingQueue, Reservation, ResourceScheduler, apply_decisions
 from rackscale.scheduler.framework import Profile
 from rackscale.scheduler.pending import whole_demand
 from rackscale.sim import serving
@@ -99,6 +99,11 @@ class Simulator:
         self.uplinks_down = [0] * len(cluster.racks)
         self.multi_rack_by_rack: list[set[str]] = [set() for _ in cluster.racks]
         self.serving_jobs: set[str] = set()  # running inference services (the per-instant accounting visits only these)
+        # What the next scheduling cycle must look at: everything if capacity may have been freed since
+        # the last full cycle; otherwise only the jobs queued since (nothing else could newly fit).
+        self._freed = True
+        self._fresh: list[str] = []
+        self._reservation: Reservation | None = None
         self.series: dict[str, list[float]] = {k: [] for k in ("t", "allocated", "queued", "running", "nvlink_gbps")}
         self.rack_series: list[list[float]] = []
         self._faults = FaultSource(
@@ -131,12 +136,10 @@ class Simulator:
             events = self.q.pop_batch()
             now = self.q.now
             self._account(now)
-            changed = False
             for ev in events:
                 self.kpi.events += 1
-                changed |= self._handle(ev, now)
-            if changed and self.pending:
-                self._cycle(now)
+                self._freed |= self._handle(ev, now)
+            self._schedule(now)
             if on_progress is not None:
                 on_progress(total - self.active, total, now)
         end = self.q.now
@@ -164,7 +167,8 @@ class Simulator:
             spec = self.specs[ev.job]
             self.runs[spec.name] = JobRun(spec, self._work_of(spec))
             self._enqueue(spec)
-            return True
+            self._fresh.append(spec.name)
+            return False  # an arrival frees nothing: only the new job needs a look
         if kind is EventKind.FINISH:
             r = self.runs.get(ev.job)
             if r is None or r.status != "running" or r.generation != ev.generation:
@@ -182,18 +186,40 @@ class Simulator:
         if kind is EventKind.REPAIR:
             return self._repair(ev)
         if kind is EventKind.AUTOSCALE:
-            changed = self._autoscale(now)
+            freed = self._autoscale(now)
             if self.active > 0:
                 self.q.push(now + self.cfg.autoscale_every_s, EventKind.AUTOSCALE)
-            return changed
+            return freed
         self._sample(now)
         if self.active > 0:
             self.q.push(now + self.cfg.sample_every_s, EventKind.SAMPLE)
         return False
 
     # ------------------------------------------------------------------ scheduling
-    def _cycle(self, now: float) -> None:
-        d = self.sched.schedule(self.state, self.pending, now)
+    def _schedule(self, now: float) -> None:
+        """A full cycle if capacity may have been freed; else a cycle over the newly queued jobs only,
+        under the reservation of the last full cycle (the result a full cycle would give)."""
+        if not self.pending:
+            self._fresh.clear()
+            return
+        if self._freed:
+            d = self.sched.schedule(self.state, self.pending, now)
+            self._reservation = d.reservation
+        elif self._fresh:
+            fresh = PendingQueue(j for n in dict.fromkeys(self._fresh) if (j := self.pending.get(n)) is not None)
+            if not fresh:
+                self._fresh.clear()
+                return
+            d = self.sched.schedule(self.state, fresh, now, reservation=self._reservation)
+            if self._reservation is None:
+                self._reservation = d.reservation
+        else:
+            return
+        self._freed = bool(d.preemptions)
+        self._fresh.clear()
+        self._apply(d, now)
+
+    def _apply(self, d: Decisions, now: float) -> None:
         self.kpi.cycles += 1
         for pre in d.preemptions:
             r = self.runs[pre.victim]
@@ -371,7 +397,8 @@ class Simulator:
         r.replica_tps = replica_tokens_per_s(self.cluster, r.spec, per_replica)
 
     def _autoscale(self, now: float) -> bool:
-        changed = False
+        """Returns whether replicas were removed (capacity freed); scale-ups are queued as fresh work."""
+        freed = False
         for name in sorted(self.serving_jobs):
             r = self.runs[name]
             spec = r.spec
@@ -389,10 +416,11 @@ class Simulator:
             have = rj.placement.units
             if want > have and spec.name not in self.pending:
                 self._enqueue(replace(spec, units=want, min_units=have + 1))
-                changed = True
+                self._fresh.append(spec.name)
             elif want < have:
                 self._scale_down(r, have - want)
-        return changed
+                freed = True
+        return freed
 
     def _scale_down(self, r: JobRun, n: int) -> None:
         """Remove ``n`` replicas that each hold one slice (the last placed first)."""
