@@ -160,3 +160,70 @@ def placement(
         print(json.dumps(result, indent=2))
     else:
         render(result, console=Console())
+
+
+@app.command()
+def simulate(
+    scenario: Annotated[
+        list[str] | None,
+        typer.Option("--scenario", help="philly-speed, philly-backlog, synthetic, million (repeatable)."),
+    ] = None,
+    philly: Annotated[
+        str | None, typer.Option("--philly", help="Path of philly.csv (default ../shared/traces/philly/philly.csv).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+) -> None:
+    """Simulator speed (events/s, wall time, peak memory) and quality (idle rate, intra-rack share, mean
+    JCT) of rackscale vs first-fit on the Philly trace and the synthetic default.
+
+    Example: rackscale bench simulate --scenario philly-speed
+    """
+    from pathlib import Path
+
+    from rackscale.bench.simulate import DEFAULT_SCENARIOS, SCENARIOS, run_simulation_benchmark
+
+    err = Console(stderr=True)
+
+    names = scenario or list(DEFAULT_SCENARIOS)
+    bad = [n for n in names if n not in SCENARIOS]
+    if bad:
+        err.print(f"[red]error:[/] unknown scenario {', '.join(bad)}; choose from {', '.join(SCENARIOS)}")
+        raise typer.Exit(2)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def show(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total)
+            bar.update(tasks[label], completed=done, total=total)
+
+        try:
+            result = run_simulation_benchmark(scenarios=names, philly=Path(philly) if philly else None, progress=show)
+        except (FileNotFoundError, ValueError) as exc:
+            err.print(f"[red]error:[/] {exc}")
+            raise typer.Exit(2) from None
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    table = Table(title="rackscale bench simulate")
+    keys = ("jobs", "sim_s", "events_per_s", "peak_rss_mb", "idle_rate", "intra_rack_traffic_share", "mean_jct_s")
+    table.add_column("scenario / policy")
+    for k in keys:
+        table.add_column(k, justify="right")
+    for name, per_policy in result["results"].items():
+        for policy, r in per_policy.items():
+            table.add_row(f"{name} / {policy}", *(_fmt_sim(r.get(k)) for k in keys))
+    Console().print(table)
+
+
+def _fmt_sim(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return "-" if v is None else f"{v:,}" if isinstance(v, int) else str(v)

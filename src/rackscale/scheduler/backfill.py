@@ -60,11 +60,11 @@ def plan_reservation(job: JobSpec, state: ClusterState, ctx: CycleContext) -> Re
             fits = sorted(r for r in touched if free[r] >= need)
             if fits:
                 best = min(fits, key=lambda r: (free[r], r))
-                return Reservation(job=job.name, racks=frozenset({best}), start=end, priority=job.priority)
+                return Reservation(job=job.name, racks=frozenset({best}), start=end, priority=job.priority, job_spec=job)
         elif any(free[r] >= cluster.racks[r].gpus for r in touched):
             got = feasible_multi()
             if got is not None:
-                return Reservation(job=job.name, racks=got, start=end, priority=job.priority)
+                return Reservation(job=job.name, racks=got, start=end, priority=job.priority, job_spec=job)
         touched.clear()
     # No estimate shows when it fits: hold the racks that come closest, start unknown.
     k = max(1, -(-need // cap))
@@ -76,4 +76,4 @@ def plan_reservation(job: JobSpec, state: ClusterState, ctx: CycleContext) -> Re
     assert closest is not None
     region = closest[1]
     in_region = sorted((r for r in free if cluster.racks[r].region == region), key=lambda r: (-free[r], r))
-    return Reservation(job=job.name, racks=frozenset(in_region[:k]), start=None, priority=job.priority)
+    return Reservation(job=job.name, racks=frozenset(in_region[:k]), start=None, priority=job.priority, job_spec=job)

@@ -42,6 +42,7 @@ class Reservation:
     racks: frozenset[int]
     start: float | None  # None: no estimate of when it can start (some running jobs have no end estimate)
     priority: int = 0  # the holder's: only jobs of no higher priority must stay off its racks
+    job_spec: JobSpec | None = field(default=None, compare=False, repr=False)  # the holder, to re-plan it
 
 
 @dataclass(frozen=True, slots=True)

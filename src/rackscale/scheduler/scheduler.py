@@ -226,6 +226,15 @@ class ResourceScheduler:
             stats={"pending": len(queue), "examined": examined, "tried": tried, "placed": len(placed)},
         )
 
+    def refresh_reservation(self, reservation: Reservation, state: ClusterState, now: float) -> Reservation | None:
+        """The reservation its (still pending) holder would get now: running jobs started since it was
+        planned may have changed where and when the holder fits. None if the holder is not a job."""
+        holder = reservation.job_spec
+        if holder is None:
+            return None
+        ctx = CycleContext(now=now, queues=self.queues, models=state.cluster.gpu_models)
+        return plan_reservation(holder, state, ctx)
+
     def _static_status(self, job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status | None:
         """The static filters' answer, remembered per job shape (they read only the job and the cluster)."""
         if state.cluster is not self._static_for:

@@ -202,19 +202,28 @@ class Simulator:
         if not self.pending:
             self._fresh.clear()
             return
-        if self._freed:
+        fresh = PendingQueue(j for n in dict.fromkeys(self._fresh) if (j := self.pending.get(n)) is not None)
+        if not self._freed and not fresh:
+            self._fresh.clear()
+            return
+        full = self._freed
+        if not full:
+            if self._reservation is None:
+                # Older waiting jobs without a reservation: a full cycle would give the head of the
+                # queue one that the new jobs must respect.
+                full = len(self.pending) > len(fresh)
+            else:
+                # Jobs started since the reservation was planned may move when its holder fits; if so,
+                # older waiting jobs may now be backfilled: only a full cycle gives the same answer.
+                again = self.sched.refresh_reservation(self._reservation, self.state, now)
+                full = again != self._reservation
+        if full:
             d = self.sched.schedule(self.state, self.pending, now)
             self._reservation = d.reservation
-        elif self._fresh:
-            fresh = PendingQueue(j for n in dict.fromkeys(self._fresh) if (j := self.pending.get(n)) is not None)
-            if not fresh:
-                self._fresh.clear()
-                return
+        else:
             d = self.sched.schedule(self.state, fresh, now, reservation=self._reservation)
             if self._reservation is None:
-                self._reservation = d.reservation
-        else:
-            return
+                self._reservation = d.reservation  # the new jobs were the whole queue: their reservation holds
         self._freed = bool(d.preemptions)
         self._fresh.clear()
         self._apply(d, now)

@@ -1,0 +1,134 @@
+"""Simulation benchmarks: speed of the event simulator and the quality rackscale reaches vs first-fit.
+
+Scenarios (each policy of each scenario runs in a fresh process, so ``peak_rss_mb`` is its own):
+
+- ``philly-speed``: the full Philly trace (82,247 jobs) on 32 NVL72 racks, as recorded (target <= 60 s).
+- ``philly-backlog``: three busy weeks of Philly (days 28-49) with arrivals x4 on 32 racks: a backlog
+  forms, so the idle rate means something (target <= 5 %); intra-rack share (>= 99 %) and mean JCT.
+- ``synthetic``: the embedded default (4 NVL72 racks, 600 jobs over 24 h with its multi-rack tail):
+  intra-rack traffic share (>= 90 %) and mean JCT, rackscale vs first-fit.
+- ``million`` (opt-in): 1,000,000 synthetic jobs on 100,000 GPUs: does it complete, how long, how much memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from rackscale.bench import ChildProgress, Result, machine_info, peak_rss_mb, run_isolated
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "philly-speed": {"trace": "philly", "racks": 32, "arrival_scale": 1.0, "policies": ["rackscale"]},
+    "philly-backlog": {
+        "trace": "philly",
+        "racks": 32,
+        "arrival_scale": 4.0,
+        "window_days": [28.0, 49.0],
+        "policies": ["rackscale", "first-fit"],
+    },
+    "synthetic": {"racks": 4, "jobs": 600, "policies": ["rackscale", "first-fit"]},
+    "million": {"racks": 1389, "jobs": 1_000_000, "duration_h": 24.0 * 30, "policies": ["rackscale"]},
+}
+DEFAULT_SCENARIOS = ("philly-speed", "philly-backlog", "synthetic")
+KEEP = (
+    "completed",
+    "failed",
+    "allocation_ratio",
+    "idle_rate",
+    "intra_rack_traffic_share",
+    "single_rack_share",
+    "mean_jct_s",
+    "mean_queueing_s",
+    "preemptions",
+    "events",
+    "cycles",
+)
+
+
+def default_philly() -> Path:
+    """``../shared/traces/philly/philly.csv`` next to the checkout (or the current directory's parent)."""
+    for base in (Path.cwd(), Path(__file__).resolve().parents[3]):
+        p = base.parent / "shared" / "traces" / "philly" / "philly.csv"
+        if p.exists():
+            return p
+    return Path.cwd().parent / "shared" / "traces" / "philly" / "philly.csv"
+
+
+def run_one(config: Result, progress: ChildProgress) -> Result:
+    """One (scenario, policy) run, in the child process."""
+    from rackscale.model import GPUCluster
+    from rackscale.sim import SimConfig, Simulator
+    from rackscale.workloads import SyntheticConfig, load_trace, synthetic_jobs
+
+    racks = int(config["racks"])
+    cluster = GPUCluster.uniform(
+        racks_per_region=min(racks, 256), regions=max(1, -(-racks // 256)), name=f"{racks} x NVL72"
+    )
+    t0 = time.perf_counter()
+    if config.get("trace") == "philly":
+        window = config.get("window_days")
+        loaded = load_trace(
+            f"philly:{config['philly']}",
+            arrival_scale=float(config.get("arrival_scale", 1.0)),
+            time_window=(window[0] * 86_400.0, window[1] * 86_400.0) if window else None,
+        )
+        jobs = list(loaded.jobs)
+    else:
+        jobs = synthetic_jobs(
+            SyntheticConfig(
+                jobs=int(config["jobs"]),
+                duration_s=float(config.get("duration_h", 24.0)) * 3600.0,
+                max_gpus=cluster.total_gpus,
+                seed=int(config.get("seed", 0)),
+            )
+        )
+    load_s = time.perf_counter() - t0
+    sim = Simulator(cluster, jobs, SimConfig(policy=str(config["policy"]), record_series=False))
+    last = [0.0]
+
+    def tick(done: int, total: int, _now: float) -> None:
+        t = time.monotonic()
+        if t - last[0] > 0.5 or done == total:
+            last[0] = t
+            progress(done, total)
+
+    t1 = time.perf_counter()
+    result = sim.run(on_progress=tick)
+    sim_s = time.perf_counter() - t1
+    out: Result = {k: result.kpis[k] for k in KEEP}
+    out.update(
+        jobs=len(jobs),
+        gpus=cluster.total_gpus,
+        load_s=load_s,
+        sim_s=sim_s,
+        events_per_s=result.kpis["events"] / sim_s if sim_s > 0 else None,
+        peak_rss_mb=peak_rss_mb(),
+    )
+    return out
+
+
+def run_simulation_benchmark(
+    *,
+    scenarios: Iterable[str] = DEFAULT_SCENARIOS,
+    philly: Path | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> Result:
+    names = list(dict.fromkeys(scenarios))
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+    trace = philly or default_philly()
+    results: dict[str, dict[str, Result]] = {}
+    for name in names:
+        scenario = SCENARIOS[name]
+        if scenario.get("trace") == "philly" and not trace.exists():
+            raise FileNotFoundError(f"the Philly trace is not at {trace}; pass --philly PATH")
+        for policy in scenario["policies"]:
+            label = f"{name} / {policy}"
+            config = {k: v for k, v in scenario.items() if k != "policies"}
+            config.update(policy=policy, philly=str(trace))
+            show = (lambda values, label=label: progress(label, *values)) if progress is not None else None
+            results.setdefault(name, {})[policy] = run_isolated(f"{__name__}:run_one", config, progress=show)
+    return {"machine": machine_info(), "scenarios": {n: SCENARIOS[n] for n in names}, "results": results}
