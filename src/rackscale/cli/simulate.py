@@ -55,6 +55,7 @@ def simulate(
     ),
     arrival_scale: float = typer.Option(1.0, "--arrival-scale", min=0.001, help="Arrival-rate factor (2 = twice)."),
     gpu_scale: float = typer.Option(1.0, "--gpu-scale", min=0.001, help="GPU-count factor for trace jobs."),
+    strict: bool = typer.Option(False, "--strict", help="Reject a trace with malformed rows (default: skip them)."),
     policy: str = typer.Option("rackscale", "--policy", help="Profile under test."),
     baselines: list[str] = typer.Option(["first-fit"], "--baseline", help="Baseline profiles (repeatable)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic workload, failures and random placers."),
@@ -85,7 +86,7 @@ def simulate(
         if p not in PROFILES:
             fail(f"unknown policy {p!r}; choose one of: {', '.join(PROFILES)}")
     cluster = resolve_cluster(cluster_file, racks)
-    jobs = _workload(cluster, trace, jobs_file, n_jobs, duration_h, arrival_scale, gpu_scale, seed)
+    jobs = _workload(cluster, trace, jobs_file, n_jobs, duration_h, arrival_scale, gpu_scale, seed, strict)
     faults = FaultConfig(gpu_mtbf_h=gpu_mtbf_h, node_mtbf_h=node_mtbf_h, uplink_mtbf_h=uplink_mtbf_h)
     policies = list(dict.fromkeys((policy, *baselines)))
     runs: list[dict[str, Any]] = []
@@ -146,6 +147,7 @@ def _workload(
     arrival_scale: float,
     gpu_scale: float,
     seed: int,
+    strict: bool = False,
 ) -> list[Any]:
     from rackscale.model.specs import SpecError
     from rackscale.workloads import SyntheticConfig, load_trace, synthetic_jobs
@@ -155,9 +157,17 @@ def _workload(
     try:
         if trace is not None:
             window = (0.0, duration_h * 3600.0) if duration_h is not None else None
-            loaded = load_trace(trace, gpu_scale=gpu_scale, arrival_scale=arrival_scale, time_window=window)
+            loaded = load_trace(
+                trace,
+                gpu_scale=gpu_scale,
+                arrival_scale=arrival_scale,
+                time_window=window,
+                on_error="reject" if strict else "skip",
+            )
             if loaded.skipped:
-                err_console.print(f"skipped {len(loaded.skipped)} malformed rows of {loaded.source}")
+                err_console.print(f"skipped {len(loaded.skipped)} malformed rows of {loaded.source}:")
+                for line in loaded.skipped_lines()[:10]:
+                    err_console.print(f"  {line}", highlight=False)
             jobs = list(loaded.jobs)
         elif jobs_file is not None:
             from rackscale.loaders import load_jobs
