@@ -60,7 +60,9 @@ def plan_reservation(job: JobSpec, state: ClusterState, ctx: CycleContext) -> Re
             fits = sorted(r for r in touched if free[r] >= need)
             if fits:
                 best = min(fits, key=lambda r: (free[r], r))
-                return Reservation(job=job.name, racks=frozenset({best}), start=end, priority=job.priority, job_spec=job)
+                return Reservation(
+                    job=job.name, racks=frozenset({best}), start=end, priority=job.priority, job_spec=job
+                )
         elif any(free[r] >= cluster.racks[r].gpus for r in touched):
             got = feasible_multi()
             if got is not None:

@@ -11,11 +11,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from rackscale.model.placement import NodeAlloc
 from rackscale.model.state import ClusterState
 from rackscale.scheduler.placement.request import (
     GroupRequest,
     fill_best_fit,
+    fill_in_order,
     nodes_ascending,
     racks_ascending,
     take_units,
@@ -170,18 +173,9 @@ class TopologyPack:
 
     # ------------------------------------------------------------------ no topology preference
     def _fill_fragments(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
-        out: Allocs = []
-        remaining = req.units
-        for n in nodes_ascending(state, req.models, req.unit.gpus):
-            if not req.rack_allowed(state.cluster.nodes[n].rack):
-                continue
-            k = min(units_fit(state, n, req.unit), remaining)
-            if k:
-                out.extend(take_units(state, n, req.unit, k))
-                remaining -= k
-                if not remaining:
-                    return out
-        return None
+        """Fullest nodes first, anywhere allowed: fragments get used, whole nodes stay whole."""
+        nodes = nodes_ascending(state, req.models, req.unit.gpus)
+        return fill_in_order(state, _allowed(state, req, nodes), req.units, req.unit, avoid=frozenset())
 
     def _fractional(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
         """One shared-GPU unit (the scheduler splits fractional jobs into one group per unit)."""
@@ -213,20 +207,13 @@ class TopologyPack:
 
     def _cpu_only(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
         """CPU-only units go first to nodes whose GPUs are all taken, so GPU nodes keep their CPUs."""
-        out: Allocs = []
-        remaining = req.units
         indexes = list(state.node_index.values())  # every node, CPU-only ones included
-        order = (n for c in range(len(indexes[0].buckets)) for ix in indexes for n in ix.buckets[c])
-        for n in order:
-            if not req.rack_allowed(state.cluster.nodes[n].rack):
-                continue
-            k = min(units_fit(state, n, req.unit), remaining)
-            if k:
-                out.extend(take_units(state, n, req.unit, k))
-                remaining -= k
-                if not remaining:
-                    return out
-        return None
+        nodes = (n for c in range(len(indexes[0].buckets)) for ix in indexes for n in ix.buckets[c])
+        return fill_in_order(state, _allowed(state, req, nodes), req.units, req.unit, avoid=frozenset())
+
+
+def _allowed(state: ClusterState, req: GroupRequest, nodes: Iterator[int]) -> Iterator[int]:
+    return (n for n in nodes if req.rack_allowed(state.cluster.nodes[n].rack))
 
 
 def _slice(n: int, g: int, milli: int, cpu: int, mem: int) -> NodeAlloc:
