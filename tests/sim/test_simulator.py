@@ -142,3 +142,11 @@ def test_a_waiting_gang_makes_idle_gpus_count_against_the_scheduler() -> None:
     k = r.kpis  # type: ignore[attr-defined]
     assert k["idle_rate"] == pytest.approx(4 / 16)  # during [0, 1000): 4 of 16 idle while the gang waits
     assert r.jobs["gang"].first_start == pytest.approx(1000.0)  # type: ignore[attr-defined]
+
+
+def test_faster_gpus_finish_compute_bound_work_sooner() -> None:
+    # compute-bound job (no bytes): on GPUs twice as fast as its estimate it ends at half the time
+    fast = GPUCluster.uniform(racks_per_region=1, nodes_per_rack=2, gpus_per_node=4, gpu_speed={"GB200": 2.0})
+    job = training("t", 4, comm=CommProfile(bytes_per_step=0.0, compute_s_per_step=1.0), duration_estimate_s=1000.0)
+    r = Simulator(fast, [job]).run()
+    assert r.jobs["t"].end == pytest.approx(500.0)

@@ -157,6 +157,8 @@ class ClusterSpecDoc(_Doc):
     spines_per_region: int = Field(4, ge=1, le=1024)
     uplinks_per_rack: int | None = Field(None, ge=1, le=1_000_000)
     pricing: PricingDoc | None = None
+    # Compute speed per GPU model, relative to the jobs' own estimates (unlisted models: 1.0).
+    gpu_speed: dict[NonEmpty, float] | None = Field(None, examples=[{"H100": 1.0, "GB200": 2.5}])
 
 
 class ClusterDoc(_Doc):

@@ -178,6 +178,15 @@ def _levels(spec: d.ClusterSpecDoc, out: _Problems) -> tuple[TopologyLevel, ...]
 _UNIFORM_FIELDS = ("regions", "racks_per_region", "nodes_per_rack", "gpus_per_node", "gpu_type", "node")
 
 
+def _speeds(speeds: Mapping[str, float] | None, out: _Problems) -> dict[str, float]:
+    for model, v in (speeds or {}).items():
+        if not (v > 0 and v < 1e6):
+            out.add(
+                ("gpuSpeed", model), f"speed {v} is not a positive number", "use a relative speed such as 1.0 or 2.5"
+            )
+    return dict(speeds or {})
+
+
 def _rich_cluster(doc: Mapping[str, Any]) -> GPUCluster:
     res = _validate(d.ClusterDoc, doc)
     s, out = res.spec, _Problems(("spec",), [])
@@ -192,6 +201,7 @@ def _rich_cluster(doc: Mapping[str, Any]) -> GPUCluster:
         "pricing": Pricing(s.pricing.per_gpu_hour, s.pricing.currency) if s.pricing else Pricing(),
         "spines_per_region": s.spines_per_region,
         "uplinks_per_rack": s.uplinks_per_rack,
+        "gpu_speed": _speeds(s.gpu_speed, out),
     }
     if s.pools is None:
         nodes = (

@@ -7,7 +7,7 @@ instead of dictionaries on its hot path.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 MILLI_PER_GPU = 1000
@@ -126,6 +126,9 @@ class GPUCluster:
     pricing: Pricing = field(default_factory=Pricing)
     spines_per_region: int = 4
     gpu_models: tuple[str, ...] = ()
+    # Compute speed of each GPU model relative to the job's own estimate (1.0 = as estimated; e.g. 2.0
+    # runs compute twice as fast). Models not listed run at 1.0.
+    gpu_speed: tuple[tuple[str, float], ...] = ()
     # Derived once (read on every simulated instant): the total and the largest rack.
     total_gpus: int = field(init=False, default=0)
     max_rack_gpus: int = field(init=False, default=0)
@@ -153,6 +156,7 @@ class GPUCluster:
         spines_per_region: int = 4,
         uplinks_per_rack: int | None = None,
         total_gpus: int | None = None,
+        gpu_speed: Mapping[str, float] | None = None,
     ) -> GPUCluster:
         """A homogeneous cluster; ``total_gpus`` truncates the last rack (the seed's ``gpuCount``)."""
         decls: list[NodeDecl] = []
@@ -183,6 +187,7 @@ class GPUCluster:
             levels=levels,
             spines_per_region=spines_per_region,
             uplinks_per_rack=uplinks_per_rack,
+            gpu_speed=gpu_speed,
         )
 
     @classmethod
@@ -196,6 +201,7 @@ class GPUCluster:
         levels: tuple[TopologyLevel, ...] = DEFAULT_LEVELS,
         spines_per_region: int = 4,
         uplinks_per_rack: int | None = None,
+        gpu_speed: Mapping[str, float] | None = None,
     ) -> GPUCluster:
         """Index declared nodes. Raises ``ValueError`` naming the rack if a rack mixes GPU models.
 
@@ -261,9 +267,16 @@ class GPUCluster:
             pricing=pricing or Pricing(),
             spines_per_region=spines_per_region,
             gpu_models=models,
+            gpu_speed=tuple(sorted((gpu_speed or {}).items())),
         )
 
     # ------------------------------------------------------------------ queries
+    def speed_of(self, model: str) -> float:
+        for m, v in self.gpu_speed:
+            if m == model:
+                return v
+        return 1.0
+
     def level(self, role: str) -> TopologyLevel:
         """The level playing ``role`` (``region``, ``rack`` or ``node``)."""
         return self.levels[LEVEL_ROLES.index(role)]

@@ -120,11 +120,14 @@ def collective_time(
     return 2 * (n - 1) / n * size_bytes / inter_bw + 2 * (n - 1) * lat
 
 
-def training_step(cluster: GPUCluster, spec: JobSpec, layout: Layout, *, slowdown: float = 1.0) -> StepTime:
+def training_step(
+    cluster: GPUCluster, spec: JobSpec, layout: Layout, *, slowdown: float = 1.0, speed: float = 1.0
+) -> StepTime:
+    """``speed``: the GPUs' compute speed relative to the job's estimate (the cluster's ``gpu_speed``)."""
     comm = collective_time(
         cluster, layout, size_bytes=spec.comm.bytes_per_step, collective=spec.comm.collective, slowdown=slowdown
     )
-    return StepTime(spec.comm.compute_s_per_step, comm)
+    return StepTime(spec.comm.compute_s_per_step / max(speed, 1e-9), comm)
 
 
 def ideal_step(cluster: GPUCluster, spec: JobSpec) -> StepTime:
@@ -141,9 +144,10 @@ def samples_per_step(spec: JobSpec, gpus: int) -> float:
     return SAMPLES_PER_GPU_STEP * max(gpus, 1)
 
 
-def replica_tokens_per_s(cluster: GPUCluster, spec: JobSpec, layout: Layout) -> float:
+def replica_tokens_per_s(cluster: GPUCluster, spec: JobSpec, layout: Layout, *, speed: float = 1.0) -> float:
     """Tokens per second one replica serves at full load on ``layout`` (its tensor-parallel group)."""
-    step = spec.comm.compute_s_per_step + collective_time(cluster, layout, size_bytes=spec.comm.bytes_per_step)
+    compute = spec.comm.compute_s_per_step / max(speed, 1e-9)
+    step = compute + collective_time(cluster, layout, size_bytes=spec.comm.bytes_per_step)
     return TOKENS_PER_REPLICA_STEP / max(step, 1e-9)
 
 

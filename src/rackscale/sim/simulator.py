@@ -63,6 +63,7 @@ class JobRun:
     traffic: Traffic | None = None
     layout: Layout | None = None
     replica_tps: float = 0.0
+    speed: float = 1.0  # compute speed of the GPUs it runs on (the cluster's gpu_speed for their model)
 
 
 @dataclass(slots=True)
@@ -278,6 +279,7 @@ class Simulator:
             r.first_start = now
             self.kpi.started(spec.kind, wait=now - spec.submit_time)
         r.layout = Layout.of(self.cluster, placement)
+        r.speed = self.cluster.speed_of(self.cluster.nodes[placement.allocs[0].node].gpu_model)
         if spec.kind is JobKind.TRAINING and r.layout.gpus > 1:
             self.kpi.multi_gpu_starts += 1
             self.kpi.single_rack_starts += r.layout.racks == 1
@@ -295,8 +297,8 @@ class Simulator:
 
     def _uncontended_rate(self, r: JobRun) -> float:
         if r.spec.kind is JobKind.TRAINING and r.layout is not None:
-            return 1.0 / max(training_step(self.cluster, r.spec, r.layout).total_s, 1e-9)
-        return 1.0 / max(r.spec.comm.compute_s_per_step, 1e-9)
+            return 1.0 / max(training_step(self.cluster, r.spec, r.layout, speed=r.speed).total_s, 1e-9)
+        return r.speed / max(r.spec.comm.compute_s_per_step, 1e-9)
 
     def _slowdown(self, r: JobRun) -> float:
         """Contention on the rack uplinks the job crosses (failed uplinks shrink their capacity)."""
@@ -315,9 +317,12 @@ class Simulator:
         self._progress(r, now)
         spec = r.spec
         if spec.kind is JobKind.TRAINING and r.layout is not None:
-            r.rate = 1.0 / max(training_step(self.cluster, spec, r.layout, slowdown=self._slowdown(r)).total_s, 1e-9)
+            step = training_step(self.cluster, spec, r.layout, slowdown=self._slowdown(r), speed=r.speed)
+            r.rate = 1.0 / max(step.total_s, 1e-9)
+        elif spec.kind is JobKind.BATCH:
+            r.rate = r.speed  # its work is seconds at the estimate's speed
         else:
-            r.rate = 1.0
+            r.rate = 1.0  # a service runs for its lifetime whatever its speed
         r.generation += 1
         remaining = max(r.work - r.done, 0.0)
         self.q.push(now + remaining / r.rate, EventKind.FINISH, spec.name, r.generation)
@@ -403,7 +408,7 @@ class Simulator:
         if rj is None:
             return
         per_replica = Layout.packed(self.cluster, max(r.spec.unit.gpus, 1))
-        r.replica_tps = replica_tokens_per_s(self.cluster, r.spec, per_replica)
+        r.replica_tps = replica_tokens_per_s(self.cluster, r.spec, per_replica, speed=r.speed)
 
     def _autoscale(self, now: float) -> bool:
         """Returns whether replicas were removed (capacity freed); scale-ups are queued as fresh work."""
