@@ -63,8 +63,9 @@ def run_one(config: Result, progress: ChildProgress) -> Result:
     from rackscale.workloads import SyntheticConfig, load_trace, synthetic_jobs
 
     racks = int(config["racks"])
+    regions = max(1, -(-racks // 256))  # at most 256 racks per region; the last region may be smaller
     cluster = GPUCluster.uniform(
-        racks_per_region=min(racks, 256), regions=max(1, -(-racks // 256)), name=f"{racks} x NVL72"
+        racks_per_region=-(-racks // regions), regions=regions, total_gpus=racks * 72, name=f"{racks} x NVL72"
     )
     t0 = time.perf_counter()
     if config.get("trace") == "philly":
