@@ -102,8 +102,10 @@ class Profile:
     placer: str = "topology-pack"
     victims: str = "cheapest-victims"
     backfill: bool = True
-    # How long a gang that prefers one rack waits for one before it is split over racks.
+    # How long a gang that prefers one rack waits for one before it may be split over racks ...
     split_wait_s: float = 0.0
+    # ... and whether it then splits at once ("eager") or only when waiting would cost more ("cost").
+    split_policy: str = "cost"
 
 
 QUEUE_SORTS: dict[str, Callable[[], QueueSort]] = {}

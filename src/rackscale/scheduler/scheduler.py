@@ -52,6 +52,7 @@ from rackscale.scheduler.pending import PendingQueue, StaticShape, static_shape
 from rackscale.scheduler.placement.baselines import BestFitNoTopology, FirstFitSpread, RandomPlacer, SlurmTree
 from rackscale.scheduler.placement.request import GroupRequest, racks_descending
 from rackscale.scheduler.placement.topology_pack import TopologyPack
+from rackscale.scheduler.split import SplitAdvisor
 from rackscale.scheduler.status import Code, Reason, Status, unschedulable, wait
 
 PLACERS[TopologyPack.name] = lambda seed: TopologyPack()
@@ -101,6 +102,7 @@ class ResourceScheduler:
         self._static_for: GPUCluster | None = None
         self._static_memo: dict[tuple[object, ...], Status | None] = {}
         self.placer: Placer = PLACERS[profile.placer](seed)
+        self._split = SplitAdvisor()
         if profile.victims and profile.victims not in VICTIM_CHOOSERS:
             raise unknown("victim chooser", profile.victims, VICTIM_CHOOSERS)
         self.victims = VICTIM_CHOOSERS[profile.victims]() if profile.victims else None
@@ -124,6 +126,7 @@ class ResourceScheduler:
         are kept off its racks, as they would be in a full cycle.
         """
         queue = pending if isinstance(pending, PendingQueue) else PendingQueue(pending)
+        self._split.new_cycle()
         ctx = CycleContext(now=now, queues=self.queues, models=state.cluster.gpu_models)
         cycle = Transaction(state)
         placed: list[Placed] = []
@@ -171,7 +174,7 @@ class ResourceScheduler:
                     bool(exclude),
                     job.priority,
                     job.preemption_policy is not PreemptionPolicy.NEVER,
-                    self._may_split(job, now),
+                    self._may_split(job, now, state),
                 )
                 seen = failed.get(shape)
                 if seen is not None and job.required_units >= seen[0] and job.name not in state.running:
@@ -378,16 +381,19 @@ class ResourceScheduler:
             models=models,
             one_rack=required is Level.RACK,
             prefer_one_rack=preferred is Level.RACK,
-            allow_split=self._may_split(job, ctx.now),
+            allow_split=self._may_split(job, ctx.now, state),
             one_region=required in (Level.RACK, Level.REGION),
             exclude_racks=exclude,
             only_racks=only,
         )
         return [(req, units)]
 
-    def _may_split(self, job: JobSpec, now: float) -> bool:
-        """May a gang that prefers one rack be split over racks now? (after ``split_wait_s`` of waiting)"""
-        return self.profile.split_wait_s <= 0 or now - job.submit_time >= self.profile.split_wait_s
+    def _may_split(self, job: JobSpec, now: float, state: ClusterState) -> bool:
+        """May a gang that prefers one rack be split over racks now? After ``split_wait_s`` of waiting,
+        and, with the ``cost`` split policy, only if waiting for a rack would cost more (``split.py``)."""
+        if self.profile.split_wait_s > 0 and now - job.submit_time < self.profile.split_wait_s:
+            return False
+        return self.profile.split_policy != "cost" or self._split.split_pays_off(job, state, now)
 
     def _quota_headroom(self, job: JobSpec, state: ClusterState) -> int:
         """How many more units the job's queue quota allows (unbounded without a quota)."""
