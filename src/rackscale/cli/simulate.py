@@ -56,6 +56,9 @@ def simulate(
     arrival_scale: float = typer.Option(1.0, "--arrival-scale", min=0.001, help="Arrival-rate factor (2 = twice)."),
     gpu_scale: float = typer.Option(1.0, "--gpu-scale", min=0.001, help="GPU-count factor for trace jobs."),
     strict: bool = typer.Option(False, "--strict", help="Reject a trace with malformed rows (default: skip them)."),
+    tenant_map: str | None = typer.Option(
+        None, "--tenant-map", help="Rename trace queues (tenants): OLD=NEW[,OLD=NEW...], e.g. 6214e9=research."
+    ),
     policy: str = typer.Option("rackscale", "--policy", help="Profile under test."),
     baselines: list[str] = typer.Option(["first-fit"], "--baseline", help="Baseline profiles (repeatable)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic workload, failures and random placers."),
@@ -86,7 +89,9 @@ def simulate(
         if p not in PROFILES:
             fail(f"unknown policy {p!r}; choose one of: {', '.join(PROFILES)}")
     cluster = resolve_cluster(cluster_file, racks)
-    jobs = _workload(cluster, trace, jobs_file, n_jobs, duration_h, arrival_scale, gpu_scale, seed, strict)
+    jobs = _workload(
+        cluster, trace, jobs_file, n_jobs, duration_h, arrival_scale, gpu_scale, seed, strict, _tenants(tenant_map)
+    )
     faults = FaultConfig(gpu_mtbf_h=gpu_mtbf_h, node_mtbf_h=node_mtbf_h, uplink_mtbf_h=uplink_mtbf_h)
     policies = list(dict.fromkeys((policy, *baselines)))
     runs: list[dict[str, Any]] = []
@@ -148,6 +153,7 @@ def _workload(
     gpu_scale: float,
     seed: int,
     strict: bool = False,
+    tenants: dict[str, str] | None = None,
 ) -> list[Any]:
     from rackscale.model.specs import SpecError
     from rackscale.workloads import SyntheticConfig, load_trace, synthetic_jobs
@@ -163,6 +169,7 @@ def _workload(
                 arrival_scale=arrival_scale,
                 time_window=window,
                 on_error="reject" if strict else "skip",
+                tenant_map=tenants,
             )
             if loaded.skipped:
                 err_console.print(f"skipped {len(loaded.skipped)} malformed rows of {loaded.source}:")
@@ -188,3 +195,16 @@ def _workload(
     if not jobs:
         fail("the workload has no jobs (check --duration and the trace's time window)")
     return jobs
+
+
+def _tenants(text: str | None) -> dict[str, str] | None:
+    """``OLD=NEW,OLD=NEW`` as a mapping; a malformed pair is a clear error."""
+    if not text:
+        return None
+    out: dict[str, str] = {}
+    for pair in text.split(","):
+        old, sep, new = pair.partition("=")
+        if not sep or not old.strip() or not new.strip():
+            fail(f"--tenant-map: {pair!r} is not OLD=NEW (e.g. --tenant-map 6214e9=research,11cb48=prod)")
+        out[old.strip()] = new.strip()
+    return out
