@@ -42,10 +42,38 @@ class PendingQueue:
     def __init__(self, jobs: Iterable[JobSpec] = ()) -> None:
         self._levels: dict[int, dict[str, tuple[list[_Key], list[JobSpec]]]] = {}
         self._jobs: dict[str, JobSpec] = {}
-        self._demand: Counter[int] = Counter()
-        self._shapes: dict[StaticShape, Counter[int]] = {}  # units asked for, per static shape
+        # Summaries, built on first use and then kept up to date (a queue built for one cycle from a
+        # list may never need them): whole-GPU demands, and units asked for per static shape.
+        self._demand: Counter[int] | None = None
+        self._shapes: dict[StaticShape, Counter[int]] | None = None
+        self._bulk_load(jobs)
+
+    def _bulk_load(self, jobs: Iterable[JobSpec]) -> None:
+        """Build from many jobs with one sort (``add`` one by one would bisect and insert each)."""
+        latest: dict[str, JobSpec] = {}
         for j in jobs:
-            self.add(j)
+            latest[j.name] = j  # a later job of the same name replaces an earlier one, as ``add`` does
+        ordered = sorted(latest.values(), key=lambda j: (j.priority, j.queue, j.submit_time, j.name))
+        demand: Counter[int] = Counter()
+        for j in ordered:
+            keys, items = self._levels.setdefault(j.priority, {}).setdefault(j.queue, ([], []))
+            keys.append((j.submit_time, j.name))
+            items.append(j)
+            demand[whole_demand(j)] += 1
+        self._demand = demand
+        self._jobs.update(latest)
+
+    def _demands(self) -> Counter[int]:
+        if self._demand is None:
+            self._demand = Counter(whole_demand(j) for j in self._jobs.values())
+        return self._demand
+
+    def _shape_units(self) -> dict[StaticShape, Counter[int]]:
+        if self._shapes is None:
+            self._shapes = {}
+            for j in self._jobs.values():
+                self._shapes.setdefault(static_shape(j), Counter())[j.required_units] += 1
+        return self._shapes
 
     def add(self, job: JobSpec) -> None:
         """Queue a job (replacing a queued job of the same name)."""
@@ -57,8 +85,10 @@ class PendingQueue:
         keys.insert(i, key)
         jobs.insert(i, job)
         self._jobs[job.name] = job
-        self._demand[whole_demand(job)] += 1
-        self._shapes.setdefault(static_shape(job), Counter())[job.required_units] += 1
+        if self._demand is not None:
+            self._demand[whole_demand(job)] += 1
+        if self._shapes is not None:
+            self._shapes.setdefault(static_shape(job), Counter())[job.required_units] += 1
 
     def remove(self, name: str) -> JobSpec:
         """Take a job out of the queue. Raises ``KeyError`` if it is not queued."""
@@ -72,17 +102,19 @@ class PendingQueue:
             del level[job.queue]
             if not level:
                 del self._levels[job.priority]
-        d = whole_demand(job)
-        self._demand[d] -= 1
-        if not self._demand[d]:
-            del self._demand[d]
-        shape = static_shape(job)
-        units = self._shapes[shape]
-        units[job.required_units] -= 1
-        if not units[job.required_units]:
-            del units[job.required_units]
-            if not units:
-                del self._shapes[shape]
+        if self._demand is not None:
+            d = whole_demand(job)
+            self._demand[d] -= 1
+            if not self._demand[d]:
+                del self._demand[d]
+        if self._shapes is not None:
+            shape = static_shape(job)
+            units = self._shapes[shape]
+            units[job.required_units] -= 1
+            if not units[job.required_units]:
+                del units[job.required_units]
+                if not units:
+                    del self._shapes[shape]
         return job
 
     def discard(self, name: str) -> None:
@@ -113,13 +145,14 @@ class PendingQueue:
 
     def shape_count(self) -> int:
         """How many distinct static shapes the queued jobs have."""
-        return len(self._shapes)
+        return len(self._shape_units())
 
     def min_units(self, shape: StaticShape) -> int | None:
         """The fewest units any queued job of ``shape`` asks for (None if there is none)."""
-        units = self._shapes.get(shape)
+        units = self._shape_units().get(shape)
         return min(units) if units else None
 
     def min_whole_demand(self) -> int:
         """The fewest whole GPUs any queued job needs to start (0 if some job needs none)."""
-        return min(self._demand) if self._demand else 0
+        demand = self._demands()
+        return min(demand) if demand else 0

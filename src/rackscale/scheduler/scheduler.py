@@ -140,11 +140,11 @@ class ResourceScheduler:
         # covered the cycle can stop. Inference is left out (a running service's scale-up is not
         # comparable with a new request of the same shape).
         covered: set[StaticShape] = set()
-        shapes = queue.shape_count()
+        shapes: int | None = None  # the queue's count of static shapes, read at the first failure
         stop: Status | None = None
         try:
             for job in self.queue_sort.order(queue, state, ctx):
-                if len(covered) == shapes:
+                if shapes is not None and len(covered) == shapes:
                     stop = _SAME_SHAPE_FAILED
                     break  # every queued shape has failed at its smallest size: nothing else can fit
                 if examined and min_demand and _no_room_left(state, min_demand, job.priority):
@@ -201,6 +201,8 @@ class ResourceScheduler:
                         continue
                 failed[shape] = (job.required_units, status)
                 if not exclude and shape[7] and job.kind is not JobKind.INFERENCE:
+                    if shapes is None:
+                        shapes = queue.shape_count()
                     static = static_shape(job)
                     if job.required_units <= (queue.min_units(static) or 0):
                         covered.add(static)
