@@ -13,10 +13,11 @@ slice first, so a GPU can never be double-allocated; :class:`Transaction` undoes
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from sortedcontainers import SortedList
 
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
@@ -121,8 +122,8 @@ class ClusterState:
         # How many running preemptible jobs hold each priority: a preemptor with no lower priority
         # among them skips the victim search entirely.
         self.preemptible_priorities: Counter[int] = Counter()
-        # Expected ends of running jobs, a heap with lazy deletion (see :meth:`ends_in_order`).
-        self._ends: list[tuple[float, str]] = []
+        # Expected ends of running jobs, kept sorted (backfill and the split decision read them in order).
+        self._ends: SortedList = SortedList()
 
     # ------------------------------------------------------------------ per-node bookkeeping
     def _refresh(self, n: int) -> None:
@@ -256,10 +257,7 @@ class ClusterState:
         if spec.preemptible:
             self.preemptible_priorities[spec.priority] += 1
         if expected_end is not None:
-            if len(self._ends) > 2 * len(self.running) + 64:  # mostly stale: rebuild
-                self._ends = [(r.expected_end, n) for n, r in self.running.items() if r.expected_end is not None]
-                heapq.heapify(self._ends)
-            heapq.heappush(self._ends, (expected_end, spec.name))
+            self._ends.add((expected_end, spec.name))
         u = self.queue_usage.setdefault(spec.queue, Usage())
         for a in placement.allocs:
             u.gpu_milli += a.milli * len(a.gpus)
@@ -276,6 +274,8 @@ class ClusterState:
             self.node_jobs[a.node].discard(name)
         for r in rj.racks:
             self.rack_jobs[r].discard(name)
+        if rj.expected_end is not None:
+            self._ends.discard((rj.expected_end, name))
         if rj.spec.preemptible:
             self.preemptible_priorities[rj.spec.priority] -= 1
             if not self.preemptible_priorities[rj.spec.priority]:
@@ -399,16 +399,9 @@ class ClusterState:
 
     # ------------------------------------------------------------------ totals
     def ends_in_order(self) -> Iterator[tuple[float, str]]:
-        """Running jobs with an expected end, soonest first, read lazily (O(log n) per job read)."""
-        heap = list(self._ends)
-        seen: set[str] = set()
-        while heap:
-            end, name = heapq.heappop(heap)
-            rj = self.running.get(name)
-            if rj is None or rj.expected_end != end or name in seen:
-                continue  # ended, restarted with another estimate, or pushed twice (rollback)
-            seen.add(name)
-            yield end, name
+        """Running jobs with an expected end, soonest first. A snapshot: the state may change while the
+        caller reads it (O(running jobs) to take, then O(1) per job read)."""
+        return iter(list(self._ends))
 
     def has_preemptible_below(self, priority: int) -> bool:
         """Is any running preemptible job of lower priority? (O(distinct priorities))"""

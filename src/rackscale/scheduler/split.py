@@ -11,6 +11,7 @@ cost more — "relaxed only when needed". Jobs with no duration estimate or no c
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 from rackscale.model.state import ClusterState
 from rackscale.model.workload import JobSpec
@@ -22,10 +23,10 @@ class SplitAdvisor:
 
     def __init__(self) -> None:
         self._slowdown: dict[tuple[int, float, float, str], float] = {}
-        self._earliest: list[float] | None = None
+        self._room: _RackRoom | None = None
 
     def new_cycle(self) -> None:
-        self._earliest = None
+        self._room = None
 
     def split_pays_off(self, job: JobSpec, state: ClusterState, now: float) -> bool:
         duration = job.duration_estimate_s
@@ -48,30 +49,42 @@ class SplitAdvisor:
 
     def _wait_for_rack(self, state: ClusterState, gpus: int, now: float) -> float:
         """Seconds until some rack is expected to have ``gpus`` whole GPUs free (inf if no estimate says)."""
-        if self._earliest is None:
-            self._earliest = _earliest_room(state, now)
-        earliest = self._earliest
-        return earliest[gpus] - now if gpus < len(earliest) else math.inf
+        if self._room is None:
+            self._room = _RackRoom(state, now)
+        return self._room.earliest(gpus) - now
 
 
-def _earliest_room(state: ClusterState, now: float) -> list[float]:
-    """``out[k]``: when some rack first has ``k`` whole GPUs free, releasing running jobs at their
-    expected ends (one pass over them, soonest first)."""
-    top = state.cluster.max_rack_gpus
-    out = [math.inf] * (top + 1)
-    free = list(state.rack_whole)
-    best = max(free, default=0)
-    for k in range(best + 1):
-        out[k] = now
-    nodes = state.cluster.nodes
-    for end, name in state.ends_in_order():
-        if best >= top:
-            break
-        for a in state.running[name].placement.allocs:
-            r = nodes[a.node].rack
-            free[r] += a.whole_gpus
-            if free[r] > best:
-                for k in range(best + 1, min(free[r], top) + 1):
-                    out[k] = max(end, now)
-                best = min(free[r], top)
-    return out
+class _RackRoom:
+    """When some rack first has ``k`` whole GPUs free, releasing running jobs at their expected ends,
+    soonest first. Read lazily: a question about ``k`` walks the ends only as far as ``k`` needs, and the
+    walk resumes there for a larger ``k`` (one pass per cycle at most)."""
+
+    def __init__(self, state: ClusterState, now: float) -> None:
+        self._state = state
+        self._now = now
+        self._free = list(state.rack_whole)
+        self._best = max(self._free, default=0)  # the most free GPUs any rack has so far
+        self._when: dict[int, float] = {}  # k > current best at the start -> time it is reached
+        self._ends: Iterator[tuple[float, str]] | None = state.ends_in_order()
+
+    def earliest(self, k: int) -> float:
+        if k <= self._best:
+            return self._when.get(k, self._now)
+        nodes = self._state.cluster.nodes
+        while self._ends is not None and self._best < k:
+            step = next(self._ends, None)
+            if step is None:
+                self._ends = None
+                break
+            end, name = step
+            rj = self._state.running.get(name)
+            if rj is None:
+                continue  # preempted since the snapshot was taken
+            for a in rj.placement.allocs:
+                r = nodes[a.node].rack
+                self._free[r] += a.whole_gpus
+                if self._free[r] > self._best:
+                    for j in range(self._best + 1, self._free[r] + 1):
+                        self._when[j] = max(end, self._now)
+                    self._best = self._free[r]
+        return self._when.get(k, self._now) if k <= self._best else math.inf
