@@ -74,3 +74,21 @@ def test_random_adds_and_removes_match_a_sorted_list(ops: list[tuple[int, str, i
     want = sorted(model.values(), key=lambda j: (-j.priority, j.queue, j.submit_time, j.name))  # type: ignore[attr-defined]
     assert list(q) == want
     assert q.min_whole_demand() == min((j.total_gpus for j in want), default=0)  # type: ignore[attr-defined]
+
+
+def test_min_duration_per_shape_follows_adds_and_removes() -> None:
+    from rackscale.scheduler.pending import static_shape
+
+    a = training("a", 1, duration_estimate_s=50.0)
+    b = training("b", 2, duration_estimate_s=10.0)
+    c = training("c", 1)  # no estimate: never ends "before" anything
+    q = PendingQueue([a, b, c])
+    shape = static_shape(a)
+    assert static_shape(b) == shape == static_shape(c)
+    assert q.min_duration(shape) == 10.0
+    q.remove("b")
+    assert q.min_duration(shape) == 50.0
+    q.remove("a")
+    assert q.min_duration(shape) == float("inf")
+    q.add(training("d", 4, duration_estimate_s=5.0))
+    assert q.min_duration(shape) == 5.0

@@ -8,6 +8,8 @@ whole-GPU demand among its jobs, so a cycle can stop as soon as no remaining job
 from __future__ import annotations
 
 import bisect
+import heapq
+import math
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
@@ -37,7 +39,7 @@ def whole_demand(job: JobSpec) -> int:
 
 
 class PendingQueue:
-    __slots__ = ("_demand", "_jobs", "_levels", "_shapes")
+    __slots__ = ("_demand", "_durations", "_jobs", "_levels", "_shapes")
 
     def __init__(self, jobs: Iterable[JobSpec] = ()) -> None:
         self._levels: dict[int, dict[str, tuple[list[_Key], list[JobSpec]]]] = {}
@@ -46,6 +48,8 @@ class PendingQueue:
         # list may never need them): whole-GPU demands, and units asked for per static shape.
         self._demand: Counter[int] | None = None
         self._shapes: dict[StaticShape, Counter[int]] | None = None
+        # Duration estimates per static shape (inf for none): a heap with lazy deletion, and live counts.
+        self._durations: dict[StaticShape, tuple[list[float], Counter[float]]] | None = None
         self._bulk_load(jobs)
 
     def _bulk_load(self, jobs: Iterable[JobSpec]) -> None:
@@ -75,6 +79,31 @@ class PendingQueue:
                 self._shapes.setdefault(static_shape(j), Counter())[j.required_units] += 1
         return self._shapes
 
+    def _shape_durations(self) -> dict[StaticShape, tuple[list[float], Counter[float]]]:
+        if self._durations is None:
+            self._durations = {}
+            for j in self._jobs.values():
+                self._note_duration(j, +1)
+        return self._durations
+
+    def _note_duration(self, job: JobSpec, sign: int) -> None:
+        assert self._durations is not None
+        d = job.duration_estimate_s if job.duration_estimate_s is not None else math.inf
+        heap, live = self._durations.setdefault(static_shape(job), ([], Counter()))
+        live[d] += sign
+        if sign > 0 and live[d] == 1:
+            heapq.heappush(heap, d)
+
+    def min_duration(self, shape: StaticShape) -> float:
+        """The shortest duration estimate among queued jobs of ``shape`` (inf: none, or none estimated)."""
+        entry = self._shape_durations().get(shape)
+        if entry is None:
+            return math.inf
+        heap, live = entry
+        while heap and live[heap[0]] <= 0:
+            del live[heapq.heappop(heap)]
+        return heap[0] if heap else math.inf
+
     def add(self, job: JobSpec) -> None:
         """Queue a job (replacing a queued job of the same name)."""
         if job.name in self._jobs:
@@ -89,6 +118,8 @@ class PendingQueue:
             self._demand[whole_demand(job)] += 1
         if self._shapes is not None:
             self._shapes.setdefault(static_shape(job), Counter())[job.required_units] += 1
+        if self._durations is not None:
+            self._note_duration(job, +1)
 
     def remove(self, name: str) -> JobSpec:
         """Take a job out of the queue. Raises ``KeyError`` if it is not queued."""
@@ -115,6 +146,8 @@ class PendingQueue:
                 del units[job.required_units]
                 if not units:
                     del self._shapes[shape]
+        if self._durations is not None:
+            self._note_duration(job, -1)
         return job
 
     def discard(self, name: str) -> None:

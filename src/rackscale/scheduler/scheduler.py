@@ -200,12 +200,18 @@ class ResourceScheduler:
                         covered.clear()
                         continue
                 failed[shape] = (job.required_units, status)
-                if not exclude and shape[7] and job.kind is not JobKind.INFERENCE:
-                    if shapes is None:
-                        shapes = queue.shape_count()
+                if shape[7] and job.kind is not JobKind.INFERENCE:
                     static = static_shape(job)
-                    if job.required_units <= (queue.min_units(static) or 0):
-                        covered.add(static)
+                    # Unconstrained, the failure answers for the shape; fenced off the reserved racks,
+                    # only if every queued job of the shape is fenced too (none ends before the start).
+                    if not exclude or (
+                        reservation is not None
+                        and (reservation.start is None or now + queue.min_duration(static) > reservation.start)
+                    ):
+                        if shapes is None:
+                            shapes = queue.shape_count()
+                        if job.required_units <= (queue.min_units(static) or 0):
+                            covered.add(static)
                 if reservation is None and self.profile.backfill and status.code is Code.UNSCHEDULABLE:
                     reservation = plan_reservation(job, state, ctx)
                     if reservation is not None:
