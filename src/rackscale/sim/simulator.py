@@ -13,76 +13,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
 
 from rackscale.model.placement import Placement
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
-from rackscale.model.workload import JobKind, JobSpec, ServingProfile
+from rackscale.model.workload import JobKind, JobSpec
 from rackscale.network.monitor import NetworkMonitor
-from rackscale.network.traffic import Traffic
 from rackscale.scheduler import Code, Decisions, PendingQueue, Reservation, ResourceScheduler, apply_decisions
-from rackscale.scheduler.framework import Profile
 from rackscale.scheduler.pending import whole_demand
-from rackscale.sim import serving
 from rackscale.sim.engine import Event, EventKind, EventQueue
-from rackscale.sim.faults import FaultConfig, FaultSource, Part
+from rackscale.sim.failures import FailuresMixin
+from rackscale.sim.faults import FaultSource, Part
 from rackscale.sim.kpis import KpiAccumulator
-from rackscale.sim.perf import Layout, ideal_step, replica_tokens_per_s, samples_per_step, training_step
+from rackscale.sim.perf import Layout, ideal_step, samples_per_step, training_step
+from rackscale.sim.records import JobRun, SimConfig, SimResult
+from rackscale.sim.services import ServicesMixin
 
 DEFAULT_RUNTIME_S = 3600.0  # a job without a duration estimate runs an hour at its best placement
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SimConfig:
-    policy: str | Profile = "rackscale"
-    seed: int = 0
-    faults: FaultConfig = field(default_factory=FaultConfig)
-    sample_every_s: float = 900.0
-    autoscale_every_s: float = 300.0
-    horizon_s: float | None = None  # stop here even if jobs remain (they end as failed: "horizon")
-    record_series: bool = True
-
-
-@dataclass(slots=True)
-class JobRun:
-    """A job's life in the simulation (mutable bookkeeping; the spec stays immutable)."""
-
-    spec: JobSpec
-    work: float  # steps (training, batch) or seconds of service (inference)
-    done: float = 0.0
-    rate: float = 0.0  # work per second now
-    since: float = 0.0  # when ``done`` was last brought up to date
-    run_start: float = 0.0
-    first_start: float | None = None
-    generation: int = 0
-    restarts: int = 0
-    status: str = "pending"  # pending | running | completed | failed
-    reason: str = ""
-    end: float | None = None
-    traffic: Traffic | None = None
-    layout: Layout | None = None
-    replica_tps: float = 0.0
-    speed: float = 1.0  # compute speed of the GPUs it runs on (the cluster's gpu_speed for their model)
-
-
-@dataclass(slots=True)
-class SimResult:
-    policy: str
-    kpis: dict[str, float | int]
-    jobs: dict[str, JobRun]
-    series: dict[str, list[float]]
-    rack_series: list[list[float]]  # per sample: allocated share of each rack
-
-    def failed_reasons(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for r in self.jobs.values():
-            if r.status == "failed":
-                out[r.reason] = out.get(r.reason, 0) + 1
-        return out
-
-
-class Simulator:
+class Simulator(ServicesMixin, FailuresMixin):
     def __init__(self, cluster: GPUCluster, jobs: Sequence[JobSpec], config: SimConfig | None = None) -> None:
         self.cfg = config or SimConfig()
         self.cluster = cluster
@@ -398,132 +348,6 @@ class Simulator:
         self.active -= 1
         self.kpi.failed += 1
 
-    # ------------------------------------------------------------------ inference
-    def _profile(self, spec: JobSpec) -> ServingProfile:
-        return spec.serving or ServingProfile()
-
-    def _rescale(self, r: JobRun, now: float) -> None:
-        """Replicas changed (start or scale-up): recompute the service's capacity."""
-        rj = self.state.running.get(r.spec.name)
-        if rj is None:
-            return
-        per_replica = Layout.packed(self.cluster, max(r.spec.unit.gpus, 1))
-        r.replica_tps = replica_tokens_per_s(self.cluster, r.spec, per_replica, speed=r.speed)
-
-    def _autoscale(self, now: float) -> bool:
-        """Returns whether replicas were removed (capacity freed); scale-ups are queued as fresh work."""
-        freed = False
-        for name in sorted(self.serving_jobs):
-            r = self.runs[name]
-            spec = r.spec
-            rj = self.state.running[spec.name]
-            prof = self._profile(spec)
-            lo = spec.min_units or 1
-            hi = spec.max_units or spec.units
-            want = serving.desired_replicas(
-                demand_tps=serving.demand_tokens_per_s(prof, now),
-                replica_tps=r.replica_tps,
-                target=prof.target_utilisation,
-                lo=lo,
-                hi=max(hi, lo),
-            )
-            have = rj.placement.units
-            if want > have and spec.name not in self.pending:
-                self._enqueue(replace(spec, units=want, min_units=have + 1))
-                self._fresh.append(spec.name)
-            elif want < have:
-                self._scale_down(r, have - want)
-                freed = True
-        return freed
-
-    def _scale_down(self, r: JobRun, n: int) -> None:
-        """Remove ``n`` replicas that each hold one slice (the last placed first)."""
-        rj = self.state.running[r.spec.name]
-        if r.spec.unit.gpus > self.state.max_node_gpus:
-            return  # multi-node replicas are kept (their slices are merged)
-        allocs = rj.placement.allocs
-        victims = allocs[len(allocs) - n :] if n < len(allocs) else ()
-        if victims:
-            self.state.retract(r.spec.name, tuple(victims), len(victims))
-
-    def _serve(self, dt: float, t_mid: float) -> None:
-        for name in sorted(self.serving_jobs):
-            r = self.runs[name]
-            prof = self._profile(r.spec)
-            rj = self.state.running.get(r.spec.name)
-            replicas = rj.placement.units if rj is not None else 0
-            demand = serving.demand_tokens_per_s(prof, t_mid)
-            capacity = r.replica_tps * replicas
-            self.kpi.tokens += min(demand, capacity) * dt
-            p99 = serving.p99_latency_s(
-                demand_tps=demand, capacity_tps=capacity, replicas=replicas, tokens_per_request=prof.tokens_per_request
-            )
-            weight = demand * dt
-            self.kpi.slo_weight += weight
-            if p99 <= prof.slo_p99_s:
-                self.kpi.slo_met_weight += weight
-            if math.isfinite(p99):
-                self.kpi.worst_p99_latency_s = max(self.kpi.worst_p99_latency_s, p99)
-
-    # ------------------------------------------------------------------ failures
-    def _schedule_failure(self, part: Part, now: float) -> None:
-        gap = self._faults.next_failure_in(part)
-        if gap is not None:
-            self.q.push(now + gap, EventKind.FAILURE, target=(part.value, -1, -1))
-
-    def _failure(self, ev: Event, now: float) -> bool:
-        assert ev.target is not None
-        part = Part(ev.target[0])
-        self._schedule_failure(part, now)
-        hit: set[str] = set()
-        if part is Part.GPU:
-            g = self._faults.pick(self.cluster.total_gpus)
-            node, gpu = self._gpu_at(g)
-            if gpu in self.state.gpu_failed[node] or self.state.node_down[node]:
-                return False
-            hit = self.state.fail_gpu(node, gpu)
-            target = (part.value, node, gpu)
-        elif part is Part.NODE:
-            node = self._faults.pick(len(self.cluster.nodes))
-            if self.state.node_down[node]:
-                return False
-            hit = self.state.fail_node(node)
-            target = (part.value, node, -1)
-        else:
-            rack = self._faults.pick(len(self.cluster.racks))
-            self.uplinks_down[rack] += 1
-            target = (part.value, rack, -1)
-            for name in sorted(self.multi_rack_by_rack[rack]):
-                self._set_rate(self.runs[name], now)
-        for name in sorted(hit):
-            r = self.runs[name]
-            self._progress(r, now)
-            self._lose_since_checkpoint(r, now)
-            self._stop(r, now)
-            self._requeue(r, now, why=f"{part.value} failure")
-        self.q.push(now + self._faults.repair_in(part), EventKind.REPAIR, target=target)
-        return bool(hit)
-
-    def _repair(self, ev: Event) -> bool:
-        assert ev.target is not None
-        part, index, gpu = Part(ev.target[0]), ev.target[1], ev.target[2]
-        if part is Part.GPU:
-            self.state.recover_gpu(index, gpu)
-        elif part is Part.NODE:
-            self.state.recover_node(index)
-        else:
-            self.uplinks_down[index] = max(0, self.uplinks_down[index] - 1)
-            for name in sorted(self.multi_rack_by_rack[index]):
-                self._set_rate(self.runs[name], self.q.now)
-        return part is not Part.UPLINK
-
-    def _gpu_at(self, g: int) -> tuple[int, int]:
-        for n in self.cluster.nodes:  # O(nodes), only on a GPU failure
-            if g < n.gpus:
-                return n.index, g
-            g -= n.gpus
-        return len(self.cluster.nodes) - 1, 0
-
     # ------------------------------------------------------------------ accounting
     def _account(self, now: float) -> None:
         dt = now - self._last
@@ -569,3 +393,6 @@ def _demand_milli(spec: JobSpec) -> int:
 
 def simulate(cluster: GPUCluster, jobs: Sequence[JobSpec], config: SimConfig | None = None) -> SimResult:
     return Simulator(cluster, jobs, config).run()
+
+
+__all__ = ["JobRun", "SimConfig", "SimResult", "Simulator", "simulate"]
