@@ -48,9 +48,10 @@ from rackscale.scheduler.framework import (
     QueueConfig,
     unknown,
 )
+from rackscale.scheduler.groups import placement_groups
 from rackscale.scheduler.pending import PendingQueue, StaticShape, static_shape
 from rackscale.scheduler.placement.baselines import BestFitNoTopology, FirstFitSpread, RandomPlacer, SlurmTree
-from rackscale.scheduler.placement.request import GroupRequest, racks_descending
+from rackscale.scheduler.placement.request import racks_descending
 from rackscale.scheduler.placement.topology_pack import TopologyPack
 from rackscale.scheduler.split import SplitAdvisor
 from rackscale.scheduler.status import Code, Reason, Status, unschedulable, wait
@@ -285,7 +286,15 @@ class ResourceScheduler:
         need = max(job.required_units - have, 1) if job.kind is JobKind.INFERENCE else want
         if job.kind is JobKind.INFERENCE:
             want = min(want, self._quota_headroom(job, state))  # replicas beyond the quota wait
-        groups = self._groups(job, state, ctx, models, want, exclude=exclude, only=only)
+        groups = placement_groups(
+            job,
+            state,
+            models,
+            want,
+            exclude=exclude,
+            only=only,
+            allow_split=lambda: self._may_split(job, ctx.now, state),
+        )
         # A gang split into per-unit groups (shared GPUs) keeps its later units where the first went.
         pin_level = job.topology.required if job.is_gang and len(groups) > 1 else None
         mark = len(cycle)  # everything after this mark is this job's: undone together on failure
@@ -321,80 +330,6 @@ class ResourceScheduler:
         end = ctx.now + job.duration_estimate_s if job.duration_estimate_s is not None else None
         placement = Placement(job.name, merge_allocs(allocs), units)
         return Placed(job, placement, end, scale_up=running is not None)
-
-    def _groups(
-        self,
-        job: JobSpec,
-        state: ClusterState,
-        ctx: CycleContext,
-        models: tuple[str, ...],
-        units: int,
-        *,
-        exclude: frozenset[int],
-        only: frozenset[int] | None,
-    ) -> list[tuple[GroupRequest, int]]:
-        """Split a job into placement groups: a gang is one group; replicas and shared-GPU units are one
-        group each; a replica larger than a node becomes a compact group of single GPUs in one rack."""
-        unit = job.unit
-        required = job.topology.required
-        preferred = job.topology.preferred
-        if job.kind is JobKind.INFERENCE or unit.is_fractional:
-            spread = job.kind is JobKind.INFERENCE
-            if unit.gpus > state.max_node_gpus:
-                sub = Resources(
-                    gpus=1,
-                    cpu_milli=-(-unit.cpu_milli // unit.gpus),
-                    memory_mib=-(-unit.memory_mib // unit.gpus),
-                    gpu_models=unit.gpu_models,
-                )
-                req = GroupRequest(
-                    job=job.name,
-                    units=unit.gpus,
-                    unit=sub,
-                    models=models,
-                    one_rack=True,
-                    compact=True,
-                    spread=spread,
-                    exclude_racks=exclude,
-                    only_racks=only,
-                )
-            else:
-                req = GroupRequest(
-                    job=job.name,
-                    units=1,
-                    unit=unit,
-                    models=models,
-                    one_rack=required is Level.RACK,
-                    one_region=required is Level.REGION,
-                    spread=spread,
-                    exclude_racks=exclude,
-                    only_racks=only,
-                )
-            return [(req, 1)] * units
-        if job.kind is JobKind.BATCH and required is None and preferred is None:
-            req = GroupRequest(
-                job=job.name,
-                units=units,
-                unit=unit,
-                models=models,
-                prefer_one_region=False,
-                exclude_racks=exclude,
-                only_racks=only,
-            )
-            return [(req, units)]
-        req = GroupRequest(
-            job=job.name,
-            units=units,
-            unit=unit,
-            models=models,
-            one_rack=required is Level.RACK,
-            prefer_one_rack=preferred is Level.RACK,
-            allow_split=self._may_split(job, ctx.now, state),
-            one_region=required in (Level.RACK, Level.REGION),
-            exclude_racks=exclude,
-            only_racks=only,
-        )
-        return [(req, units)]
 
     def _may_split(self, job: JobSpec, now: float, state: ClusterState) -> bool:
         """May a gang that prefers one rack be split over racks now? After ``split_wait_s`` of waiting,
