@@ -124,6 +124,8 @@ def test_the_autoscaler_follows_the_daily_curve() -> None:
     assert noon == 4, "the peak is at noon"
     assert r.kpis["inference_tokens_per_s"] > 0
     assert 0.0 < r.kpis["slo_attainment"] <= 1.0
+    # at most 8 replicas of 1,280 tokens/s always cover a 3,000 tokens/s peak: never overloaded
+    assert r.kpis["inference_overloaded_share"] == 0.0
 
 
 def test_kpis_follow_their_definitions() -> None:
@@ -150,3 +152,18 @@ def test_faster_gpus_finish_compute_bound_work_sooner() -> None:
     job = training("t", 4, comm=CommProfile(bytes_per_step=0.0, compute_s_per_step=1.0), duration_estimate_s=1000.0)
     r = Simulator(fast, [job]).run()
     assert r.jobs["t"].end == pytest.approx(500.0)
+
+
+def test_an_undersized_service_counts_as_overloaded() -> None:
+    # one replica (max 1) of 1,280 tokens/s against a flat 5,000 tokens/s demand: overloaded all day
+    svc = inference(
+        "svc",
+        1,
+        max_replicas=1,
+        duration_estimate_s=7200.0,
+        comm=CommProfile(bytes_per_step=0.0, compute_s_per_step=0.05),
+        serving=ServingProfile(peak_tokens_per_s=5000.0, trough_fraction=1.0),
+    )
+    r = Simulator(small(), [svc], SimConfig(autoscale_every_s=600.0)).run()
+    assert r.kpis["inference_overloaded_share"] == pytest.approx(1.0)
+    assert r.kpis["slo_attainment"] == 0.0

@@ -10,7 +10,8 @@
   cluster at its hourly price for the makespan (idle GPUs cost too); cost per million tokens and per
   million samples; cost efficiency = throughput / (cost per hour x 3600), as the seed writes it.
 - fragmentation: the share of free GPUs in racks too full to host the typical (median) pending request.
-- inference: SLO attainment (share of served demand-time whose p99 latency met the SLO), worst p99.
+- inference: SLO attainment (share of served demand-time whose p99 latency met the SLO), the worst finite
+  p99, and the share of demand-time a service was overloaded (demand above capacity: no finite p99).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class KpiAccumulator:
     tokens: float = 0.0
     slo_met_weight: float = 0.0
     slo_weight: float = 0.0
-    worst_p99_latency_s: float = 0.0
+    worst_p99_latency_s: float = 0.0  # the worst finite p99 (an overloaded service has none)
+    overloaded_weight: float = 0.0
     frag_samples: list[float] = field(default_factory=list)
     jct: dict[JobKind, list[float]] = field(default_factory=dict)
     queueing: dict[JobKind, list[float]] = field(default_factory=dict)
@@ -114,6 +116,7 @@ class KpiAccumulator:
             "cost_efficiency_tokens": tokens_s / (cost_per_hour * 3600.0) if cost_per_hour else 0.0,
             "slo_attainment": _ratio(self.slo_met_weight, self.slo_weight, empty=1.0),
             "worst_p99_latency_s": self.worst_p99_latency_s,
+            "inference_overloaded_share": _ratio(self.overloaded_weight, self.slo_weight),
             "fragmentation": statistics.fmean(self.frag_samples) if self.frag_samples else 0.0,
             "preemptions": self.preemptions,
             "restarts": self.restarts,

@@ -27,7 +27,7 @@ MAX_HEAT_ROWS, MAX_HEAT_COLS, MAX_POINTS = 64, 180, 2000  # heatmap rows (rack b
 
 RATIOS = _words(
     "allocation_ratio idle_rate idle_no_work_share intra_rack_traffic_share single_rack_share slo_attainment "
-    "fragmentation"
+    "fragmentation inference_overloaded_share"
 )
 HIGHER = _words(
     "allocation_ratio intra_rack_traffic_share slo_attainment single_rack_share completed training_samples_per_s "
@@ -35,7 +35,7 @@ HIGHER = _words(
 )
 LOWER = _words(  # and every cost_per_*
     "idle_rate mean_jct_s p50_jct_s p99_jct_s mean_queueing_s p50_queueing_s p99_queueing_s failed fragmentation "
-    "lost_gpu_hours"
+    "lost_gpu_hours inference_overloaded_share"
 )
 LABELS = {
     "idle_rate": "idle rate (while jobs wait)",
@@ -50,6 +50,7 @@ LABELS = {
     "cost_efficiency_tokens": "cost efficiency, tokens (seed formula)",
     "slo_attainment": "inference SLO attainment",
     "worst_p99_latency_s": "worst inference p99 latency",
+    "inference_overloaded_share": "inference overloaded (share of demand-time)",
     "lost_gpu_hours": "GPU-hours lost to restarts",
 }
 # The seed's figures (DESIGN.md section 5): shown beside measured values, never used as results.

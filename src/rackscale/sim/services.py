@@ -95,3 +95,5 @@ class ServicesMixin:
                 self.kpi.slo_met_weight += weight
             if math.isfinite(p99):
                 self.kpi.worst_p99_latency_s = max(self.kpi.worst_p99_latency_s, p99)
+            else:
+                self.kpi.overloaded_weight += weight
