@@ -266,33 +266,7 @@ def diagram(text: str) -> str:
 
 def snapshot(state: ClusterState) -> dict[str, object]:
     """Everything a scheduling cycle or a rolled-back transaction must leave exactly as it was."""
-    return {
-        "gpu_free": [list(f) for f in state.gpu_free],
-        "gpu_failed": [sorted(f) for f in state.gpu_failed],
-        "node_down": list(state.node_down),
-        "cpu_free": list(state.cpu_free),
-        "mem_free": list(state.mem_free),
-        "node_whole": list(state.node_whole),
-        "node_shared": list(state.node_shared),
-        "rack_whole": list(state.rack_whole),
-        "model_free_whole": dict(state.model_free_whole),
-        "used_milli": state.used_milli,
-        "rack_index": {k: [sorted(b) for b in ix.buckets] for k, ix in state.rack_index.items()},
-        "node_index": {k: [sorted(b) for b in ix.buckets] for k, ix in state.node_index.items()},
-        "rack_node_index": [[sorted(b) for b in ix.buckets] for ix in state.rack_node_index],
-        "shared_nodes": {k: sorted(v) for k, v in state.shared_nodes.items()},
-        "running": {
-            k: (rj.spec, rj.placement, rj.started_at, rj.expected_end, rj.checkpointed_at, rj.racks)
-            for k, rj in state.running.items()
-        },
-        "rack_jobs": [sorted(s) for s in state.rack_jobs],
-        "node_jobs": [sorted(s) for s in state.node_jobs],
-        "queue_usage": {
-            q: (u.gpu_milli, u.cpu_milli, u.memory_mib, u.jobs)
-            for q, u in state.queue_usage.items()
-            if (u.gpu_milli, u.cpu_milli, u.memory_mib, u.jobs) != (0, 0, 0, 0)  # a drained queue leaves zeros
-        },
-    }
+    return state.snapshot()
 
 
 # ---------------------------------------------------------------------- decisions

@@ -421,6 +421,42 @@ class ClusterState:
         down = sum(self.cluster.nodes[n].gpus for n, d in enumerate(self.node_down) if d)
         return down + sum(len(f) for n, f in enumerate(self.gpu_failed) if not self.node_down[n])
 
+    def snapshot(self) -> dict[str, object]:
+        """Every field and index as plain values, for comparing a state with itself later (tests: a
+        cycle or a rolled-back transaction must leave it exactly as it was). A drained queue's all-zero
+        usage counts as absent, as ``release`` leaves it."""
+        return {
+            "gpu_free": [list(f) for f in self.gpu_free],
+            "gpu_failed": [sorted(f) for f in self.gpu_failed],
+            "node_down": list(self.node_down),
+            "cpu_free": list(self.cpu_free),
+            "mem_free": list(self.mem_free),
+            "node_whole": list(self.node_whole),
+            "node_shared": list(self.node_shared),
+            "rack_whole": list(self.rack_whole),
+            "model_free_whole": dict(self.model_free_whole),
+            "used_milli": self.used_milli,
+            "failed_gpus_count": self.failed_gpus_count,
+            "rack_index": {k: [sorted(b) for b in ix.buckets] for k, ix in self.rack_index.items()},
+            "rack_index_all": {k: [sorted(b) for b in ix.buckets] for k, ix in self.rack_index_all.items()},
+            "node_index": {k: [sorted(b) for b in ix.buckets] for k, ix in self.node_index.items()},
+            "rack_node_index": [[sorted(b) for b in ix.buckets] for ix in self.rack_node_index],
+            "shared_nodes": {k: sorted(v) for k, v in self.shared_nodes.items()},
+            "running": {
+                k: (rj.spec, rj.placement, rj.started_at, rj.expected_end, rj.checkpointed_at, rj.racks)
+                for k, rj in self.running.items()
+            },
+            "ends": list(self._ends),
+            "preemptible_priorities": {p: c for p, c in self.preemptible_priorities.items() if c},
+            "rack_jobs": [sorted(s) for s in self.rack_jobs],
+            "node_jobs": [sorted(s) for s in self.node_jobs],
+            "queue_usage": {
+                q: (u.gpu_milli, u.cpu_milli, u.memory_mib, u.jobs)
+                for q, u in self.queue_usage.items()
+                if (u.gpu_milli, u.cpu_milli, u.memory_mib, u.jobs) != (0, 0, 0, 0)
+            },
+        }
+
     def check_invariants(self) -> None:
         """Recompute every index from scratch and compare (for tests; O(cluster))."""
         c = self.cluster
