@@ -212,6 +212,9 @@ class JobBodyDoc(_Doc):
     checkpoint_interval_seconds: float | None = Field(None, gt=0)
     duration_estimate_seconds: float | None = Field(None, gt=0)
     submit_time: float = Field(0.0, ge=0)
+    # What the `local` backend runs: an argv list (never a shell line), and extra environment variables.
+    command: list[str] | None = Field(None, min_length=1, examples=[["python", "train.py", "--epochs", "3"]])
+    env: dict[str, str] | None = None
 
 
 class FlatJobDoc(JobBodyDoc):

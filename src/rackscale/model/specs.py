@@ -383,4 +383,6 @@ def _job(name: str, b: d.JobBodyDoc, prefix: Loc, classes: Mapping[str, int] | N
         checkpoint_interval_s=b.checkpoint_interval_seconds,
         duration_estimate_s=b.duration_estimate_seconds,
         submit_time=b.submit_time,
+        command=tuple(b.command or ()),
+        env=tuple(sorted((b.env or {}).items())),
     )

@@ -124,6 +124,8 @@ class JobSpec:
     duration_estimate_s: float | None = None
     submit_time: float = 0.0
     serving: ServingProfile | None = None  # inference only: load curve and SLO (defaults if None)
+    command: tuple[str, ...] = ()  # what the `local` backend runs (argv, no shell)
+    env: tuple[tuple[str, str], ...] = ()  # extra environment variables for the command
 
     @property
     def total_gpus(self) -> int:

@@ -12,6 +12,7 @@ from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster
 from rackscale.model.workload import JobSpec, ServingProfile
 from rackscale.scheduler import PendingQueue
+from rackscale.scheduler.cycles import CycleDriver
 from rackscale.sim import serving
 from rackscale.sim.kpis import KpiAccumulator
 from rackscale.sim.perf import Layout, replica_tokens_per_s
@@ -25,7 +26,7 @@ class ServicesMixin:
     kpi: KpiAccumulator
     runs: dict[str, JobRun]
     serving_jobs: set[str]
-    _fresh: list[str]
+    cycles: CycleDriver
 
     def _enqueue(self, spec: JobSpec) -> None:
         raise NotImplementedError
@@ -61,7 +62,7 @@ class ServicesMixin:
             have = rj.placement.units
             if want > have and spec.name not in self.pending:
                 self._enqueue(replace(spec, units=want, min_units=have + 1))
-                self._fresh.append(spec.name)
+                self.cycles.arrived(spec.name)
             elif want < have:
                 self._scale_down(r, have - want)
                 freed = True

@@ -19,7 +19,8 @@ from rackscale.model.state import ClusterState
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import JobKind, JobSpec
 from rackscale.network.monitor import NetworkMonitor
-from rackscale.scheduler import Code, Decisions, PendingQueue, Reservation, ResourceScheduler, apply_decisions
+from rackscale.scheduler import Code, Decisions, PendingQueue, ResourceScheduler, apply_decisions
+from rackscale.scheduler.cycles import CycleDriver
 from rackscale.scheduler.pending import whole_demand
 from rackscale.sim.engine import Event, EventKind, EventQueue
 from rackscale.sim.failures import FailuresMixin
@@ -50,11 +51,8 @@ class Simulator(ServicesMixin, FailuresMixin):
         self.uplinks_down = [0] * len(cluster.racks)
         self.multi_rack_by_rack: list[set[str]] = [set() for _ in cluster.racks]
         self.serving_jobs: set[str] = set()  # running inference services (the per-instant accounting visits only these)
-        # What the next scheduling cycle must look at: everything if capacity may have been freed since
-        # the last full cycle; otherwise only the jobs queued since (nothing else could newly fit).
-        self._freed = True
-        self._fresh: list[str] = []
-        self._reservation: Reservation | None = None
+        # What the next scheduling cycle must look at (everything, or only the jobs queued since).
+        self.cycles = CycleDriver()
         self.series: dict[str, list[float]] = {k: [] for k in ("t", "allocated", "queued", "running", "nvlink_gbps")}
         self.rack_series: list[list[float]] = []
         self._faults = FaultSource(
@@ -89,7 +87,7 @@ class Simulator(ServicesMixin, FailuresMixin):
             self._account(now)
             for ev in events:
                 self.kpi.events += 1
-                self._freed |= self._handle(ev, now)
+                self.cycles.freed |= self._handle(ev, now)
             self._schedule(now)
             if on_progress is not None:
                 on_progress(total - self.active, total, now)
@@ -118,7 +116,7 @@ class Simulator(ServicesMixin, FailuresMixin):
             spec = self.specs[ev.job]
             self.runs[spec.name] = JobRun(spec, self._work_of(spec))
             self._enqueue(spec)
-            self._fresh.append(spec.name)
+            self.cycles.arrived(spec.name)
             return False  # an arrival frees nothing: only the new job needs a look
         if kind is EventKind.FINISH:
             r = self.runs.get(ev.job)
@@ -148,36 +146,9 @@ class Simulator(ServicesMixin, FailuresMixin):
 
     # ------------------------------------------------------------------ scheduling
     def _schedule(self, now: float) -> None:
-        """A full cycle if capacity may have been freed; else a cycle over the newly queued jobs only,
-        under the reservation of the last full cycle (the result a full cycle would give)."""
-        if not self.pending:
-            self._fresh.clear()
-            return
-        fresh = PendingQueue(j for n in dict.fromkeys(self._fresh) if (j := self.pending.get(n)) is not None)
-        if not self._freed and not fresh:
-            self._fresh.clear()
-            return
-        full = self._freed
-        if not full:
-            if self._reservation is None:
-                # Older waiting jobs without a reservation: a full cycle would give the head of the
-                # queue one that the new jobs must respect.
-                full = len(self.pending) > len(fresh)
-            else:
-                # Jobs started since the reservation was planned may move when its holder fits; if so,
-                # older waiting jobs may now be backfilled: only a full cycle gives the same answer.
-                again = self.sched.refresh_reservation(self._reservation, self.state, now)
-                full = again != self._reservation
-        if full:
-            d = self.sched.schedule(self.state, self.pending, now)
-            self._reservation = d.reservation
-        else:
-            d = self.sched.schedule(self.state, fresh, now, reservation=self._reservation)
-            if self._reservation is None:
-                self._reservation = d.reservation  # the new jobs were the whole queue: their reservation holds
-        self._freed = bool(d.preemptions)
-        self._fresh.clear()
-        self._apply(d, now)
+        d = self.cycles.run(self.sched, self.state, self.pending, now)
+        if d is not None:
+            self._apply(d, now)
 
     def _apply(self, d: Decisions, now: float) -> None:
         self.kpi.cycles += 1

@@ -1,0 +1,57 @@
+"""Which scheduling cycle to run: a full one, or one over the newly queued jobs only.
+
+Shared by the simulator (virtual time) and the live service (wall clock): both note what happened since
+the last cycle (capacity freed, jobs queued) and ask :meth:`CycleDriver.run` for the decisions. A full
+cycle looks at the whole queue; when nothing was freed, only the jobs queued since can newly fit, so a
+cycle over them alone, under the reservation of the last full cycle, gives the answer a full cycle would.
+"""
+
+from __future__ import annotations
+
+from rackscale.model.state import ClusterState
+from rackscale.scheduler.decisions import Decisions, Reservation
+from rackscale.scheduler.pending import PendingQueue
+from rackscale.scheduler.scheduler import ResourceScheduler
+
+
+class CycleDriver:
+    __slots__ = ("_fresh", "_reservation", "freed")
+
+    def __init__(self) -> None:
+        self.freed = True  # capacity may have been freed since the last full cycle
+        self._fresh: list[str] = []
+        self._reservation: Reservation | None = None
+
+    def arrived(self, name: str) -> None:
+        """A job was queued (new, or back after a preemption or scale-down)."""
+        self._fresh.append(name)
+
+    def run(self, sched: ResourceScheduler, state: ClusterState, pending: PendingQueue, now: float) -> Decisions | None:
+        """The decisions of this instant's cycle, or None when no waiting job could newly fit."""
+        if not pending:
+            self._fresh.clear()
+            return None
+        fresh = PendingQueue(j for n in dict.fromkeys(self._fresh) if (j := pending.get(n)) is not None)
+        self._fresh.clear()
+        if not self.freed and not fresh:
+            return None
+        full = self.freed
+        if not full:
+            if self._reservation is None:
+                # Older waiting jobs without a reservation: a full cycle would give the head of the
+                # queue one that the new jobs must respect.
+                full = len(pending) > len(fresh)
+            else:
+                # Jobs started since the reservation was planned may move when its holder fits; if so,
+                # older waiting jobs may now be backfilled: only a full cycle gives the same answer.
+                again = sched.refresh_reservation(self._reservation, state, now)
+                full = again != self._reservation
+        if full:
+            d = sched.schedule(state, pending, now)
+            self._reservation = d.reservation
+        else:
+            d = sched.schedule(state, fresh, now, reservation=self._reservation)
+            if self._reservation is None:
+                self._reservation = d.reservation  # the new jobs were the whole queue: their reservation holds
+        self.freed = bool(d.preemptions)
+        return d
