@@ -7,6 +7,7 @@ import typer
 from rackscale.cli.compare_arch import compare_arch
 from rackscale.cli.pack import pack
 from rackscale.cli.schedule import schedule
+from rackscale.cli.serve import serve
 from rackscale.cli.simulate import simulate
 from rackscale.cli.validate import validate
 
@@ -25,6 +26,7 @@ app.command()(schedule)
 app.command()(validate)
 app.command()(pack)
 app.command(name="compare-arch")(compare_arch)
+app.command()(serve)
 
 
 def _mount_bench() -> None:

@@ -1,0 +1,55 @@
+"""The interface every backend implements."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from rackscale.model.placement import Placement
+from rackscale.model.workload import JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """A running job ended. ``ok``: it completed; otherwise it failed, and ``reason`` says why."""
+
+    job: str
+    ok: bool
+    exit_code: int | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJobRecord:
+    """What the store knows of a job it saw running when the service stopped."""
+
+    spec: JobSpec
+    placement: Placement
+    started: float  # service clock
+
+
+class Backend(Protocol):
+    """Calls come from the service's runner thread only, in this order: ``adopt`` once, then any number of
+    ``start``/``stop``/``poll``, then ``close``. ``now`` is the service clock (seconds)."""
+
+    name: str
+
+    def adopt(self, running: Mapping[str, RunningJobRecord], now: float) -> list[Exit]:
+        """After a restart: take over the jobs the store says are running; return those that ended meanwhile
+        (or cannot be found). Anything the backend runs that is not in ``running`` is stopped."""
+        ...
+
+    def start(self, spec: JobSpec, placement: Placement, *, now: float) -> None: ...
+
+    def stop(self, job: str, *, now: float) -> None:
+        """Stop a running job (cancelled or preempted). No-op if it is not running."""
+        ...
+
+    def poll(self, now: float) -> list[Exit]:
+        """The jobs that ended since the last call."""
+        ...
+
+    def close(self) -> None:
+        """The service is stopping. Running work is left as it is (a restart adopts it)."""
+        ...

@@ -1,0 +1,363 @@
+"""The REST API (FastAPI), under ``/v1``; ``/metrics`` for Prometheus; the web page at ``/``.
+
+Errors are JSON ``{"detail": ...}``: 401 without a valid token, 403/404 for another tenant's jobs (never
+their data), 404 for unknown names, 409 for a duplicate job name, 413 for a body over the limit, 422 for a
+bad job spec with each problem's field path and a fix. Nothing here raises to the client as a 500 on bad
+input; a 503 says the store refused a write (the service then stops taking work).
+"""
+
+# No `from __future__ import annotations` here: FastAPI reads the route signatures at run time, and the
+# dependency aliases below are local to create_app.
+import json
+import re
+from dataclasses import dataclass, replace
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from rackscale.model.spec_docs import FlatJobDoc
+from rackscale.model.spec_errors import SpecError
+from rackscale.model.specs import job_from_dict
+from rackscale.service.auth import ANONYMOUS, Principal, TokenTable
+from rackscale.service.runner import Runner
+from rackscale.service.store import STATUSES, DuplicateJob, Store
+from rackscale.service.views import (
+    ClusterOut,
+    ErrorOut,
+    EventList,
+    JobList,
+    JobOut,
+    KpisOut,
+    NodeList,
+    QueueList,
+    RackDetail,
+    RackList,
+    event_out,
+    job_out,
+    kpis_out,
+    node_out,
+    queues_out,
+    rack_detail,
+    rack_out,
+)
+
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,251}[a-z0-9])?$")
+NAME_FIX = "use 1-253 lowercase letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+DEFAULT_MAX_BODY = 64 * 1024
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, detail: Any, headers: dict[str, str] | None = None) -> None:
+        self.status, self.detail, self.headers = status, detail, headers
+
+
+@dataclass(slots=True)
+class ServiceContext:
+    store: Store
+    runner: Runner
+    backend: str
+    tokens: TokenTable | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    metrics: Any = None  # rackscale.service.metrics.Metrics (optional)
+    web_dir: str | None = None
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "missing or wrong bearer token"},
+    403: {"model": ErrorOut, "description": "the token may not use this queue"},
+    404: {"model": ErrorOut, "description": "no such job (or not yours)"},
+    413: {"model": ErrorOut, "description": "request body too large"},
+    422: {"model": ErrorOut, "description": "invalid request: each problem with its field path and a fix"},
+    503: {"model": ErrorOut, "description": "the service cannot take work now"},
+}
+
+
+def create_app(ctx: ServiceContext) -> FastAPI:
+    app = FastAPI(
+        title="rackscale",
+        version="1",
+        summary="Topology-aware scheduling of GPU jobs on rack-scale (NVLink-domain) clusters.",
+        responses={401: _ERRORS[401]},
+    )
+    app.state.ctx = ctx
+    live = ctx.runner.live
+    cluster = live.cluster
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_req: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            {
+                "loc": [str(p) for p in e.get("loc", ())],
+                "msg": e.get("msg", "invalid"),
+                "fix": "see /docs for the field",
+            }
+            for e in exc.errors()
+        ]
+        return JSONResponse({"detail": problems}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    def principal(authorization: Annotated[str | None, Header()] = None) -> Principal:
+        if ctx.tokens is None:
+            return ANONYMOUS
+        bad = {"WWW-Authenticate": "Bearer"}
+        if not authorization:
+            raise ApiError(401, "missing bearer token (send 'Authorization: Bearer TOKEN')", bad)
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiError(401, "malformed Authorization header (expected 'Bearer TOKEN')", bad)
+        who = ctx.tokens.lookup(token.strip())
+        if who is None:
+            raise ApiError(401, "unknown token", bad)
+        return who
+
+    Who = Annotated[Principal, Depends(principal)]
+
+    def visible_job(name: str, who: Principal) -> Any:
+        row = ctx.store.get(name)
+        if row is None or not who.can_use(row.queue):
+            raise ApiError(404, f"no job named {name!r}" + ("" if who.is_admin else " in your queues"))
+        return row
+
+    def job_view(row: Any) -> JobOut:
+        why = live.why.get(row.name)
+        return job_out(cluster, row, why=(why.reason.value, why.message) if why is not None else None)
+
+    # ------------------------------------------------------------------ health
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        if ctx.runner.fatal:
+            return JSONResponse({"status": "failing", "detail": ctx.runner.fatal}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    # ------------------------------------------------------------------ jobs
+    @app.post(
+        "/v1/jobs",
+        status_code=201,
+        response_model=JobOut,
+        responses=_pick(403, 413, 422, 503) | {409: {"model": ErrorOut, "description": "a job of that name exists"}},
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": FlatJobDoc.model_json_schema(by_alias=True)}},
+            }
+        },
+        summary="Submit a job (the same spec as `rackscale submit -f`, as JSON)",
+    )
+    async def submit(request: Request, who: Who) -> JobOut:
+        if ctx.runner.fatal:
+            raise ApiError(503, f"not taking work: {ctx.runner.fatal}")
+        body = await _read_body(request, ctx.max_body_bytes)
+        try:
+            doc = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ApiError(422, [{"loc": ["body"], "msg": f"not valid JSON: {e}", "fix": "send a JSON object"}]) from e
+        if not isinstance(doc, dict):
+            raise ApiError(
+                422,
+                [
+                    {
+                        "loc": ["body"],
+                        "msg": "expected a JSON object",
+                        "fix": 'e.g. {"name": "train-1", "kind": "training", "gpus": 8}',
+                    }
+                ],
+            )
+        doc.setdefault("queue", who.default_queue)
+        try:
+            spec = job_from_dict(doc)
+        except SpecError as e:
+            raise ApiError(422, [{"loc": ["body", *p.loc], "msg": p.message, "fix": p.fix} for p in e.problems]) from e
+        if not NAME_RE.match(spec.name):
+            where = ["body", "metadata", "name"] if "metadata" in doc else ["body", "name"]
+            raise ApiError(422, [{"loc": where, "msg": f"{spec.name[:80]!r} is not a valid job name", "fix": NAME_FIX}])
+        if not who.can_use(spec.queue):
+            raise ApiError(
+                403, f"token {who.name!r} may not submit to queue {spec.queue!r} (its queues: {', '.join(who.queues)})"
+            )
+        now = ctx.runner.clock.now()
+        spec = replace(spec, submit_time=now)
+        try:
+            row = ctx.store.insert_job(
+                name=spec.name,
+                queue=spec.queue,
+                kind=spec.kind.value,
+                gpus=spec.gpu_demand_milli / 1000,
+                priority=spec.priority,
+                doc=doc,
+                submitted=now,
+            )
+        except DuplicateJob as e:
+            raise ApiError(
+                409, f"a job named {spec.name!r} already exists (pick another name, or cancel it and use a new one)"
+            ) from e
+        ctx.runner.submitted(spec)
+        if ctx.metrics is not None:
+            ctx.metrics.submitted(spec.queue)
+        return job_out(cluster, row)
+
+    @app.get("/v1/jobs", response_model=JobList, summary="List jobs (yours only, for a tenant), oldest first")
+    async def list_jobs(
+        who: Who,
+        queue: Annotated[str | None, Query(description="only this queue")] = None,
+        status: Annotated[str | None, Query(description=f"comma-separated: {', '.join(STATUSES)}")] = None,
+        kind: Annotated[str | None, Query(pattern="^(training|inference|batch)$")] = None,
+        after: Annotated[int, Query(ge=0, le=2**62, description="cursor: nextAfter of the previous page")] = 0,
+        limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+    ) -> JobList:
+        statuses = None
+        if status:
+            statuses = [s.strip() for s in status.split(",") if s.strip()]
+            bad = [s for s in statuses if s not in STATUSES]
+            if bad:
+                raise ApiError(
+                    422,
+                    [
+                        {
+                            "loc": ["query", "status"],
+                            "msg": f"unknown status {bad[0]!r}",
+                            "fix": f"use any of {', '.join(STATUSES)}",
+                        }
+                    ],
+                )
+        queues: list[str] | None = None if who.is_admin else list(who.queues)
+        if queue is not None:
+            queues = [queue] if queues is None or queue in queues else []
+        rows = ctx.store.jobs(queues=queues, status=statuses, kind=kind, after=after, limit=limit)
+        return JobList(items=[job_view(r) for r in rows], next_after=rows[-1].seq if len(rows) == limit else None)
+
+    @app.get("/v1/jobs/{name}", response_model=JobOut, responses={404: _ERRORS[404]}, summary="One job")
+    async def get_job(name: str, who: Who) -> JobOut:
+        return job_view(visible_job(name, who))
+
+    @app.delete("/v1/jobs/{name}", response_model=JobOut, responses={404: _ERRORS[404]}, summary="Cancel a job")
+    async def cancel_job(name: str, who: Who) -> JobOut:
+        visible_job(name, who)
+        row = ctx.store.cancel(name, ctx.runner.clock.now())
+        if row is None:
+            raise ApiError(404, f"no job named {name!r}")
+        ctx.runner.cancelled(name)
+        return job_out(cluster, row)
+
+    @app.get("/v1/jobs/{name}/events", response_model=EventList, responses={404: _ERRORS[404]})
+    async def job_events(name: str, who: Who, limit: Annotated[int, Query(ge=1, le=5000)] = 200) -> EventList:
+        visible_job(name, who)
+        return EventList(job=name, items=[event_out(e) for e in ctx.store.events(name, limit=limit)])
+
+    # ------------------------------------------------------------------ cluster
+    @app.get("/v1/cluster", response_model=ClusterOut, summary="The cluster and the service")
+    async def get_cluster(who: Who) -> ClusterOut:
+        with ctx.runner.reading() as lv:
+            return ClusterOut(
+                name=cluster.name,
+                backend=ctx.backend,
+                regions=len(cluster.regions),
+                racks=len(cluster.racks),
+                nodes=len(cluster.nodes),
+                gpus=cluster.total_gpus,
+                gpus_allocated=lv.state.used_milli / 1000,
+                pending=len(lv.pending),
+                running=len(lv.state.running),
+                now=ctx.runner.clock.now(),
+                speed=ctx.runner.clock.speed,
+                auth=ctx.tokens is not None,
+            )
+
+    @app.get("/v1/racks", response_model=RackList, summary="Every rack (NVLink domain) and what it holds")
+    async def list_racks(who: Who) -> RackList:
+        with ctx.runner.reading() as lv:
+            return RackList(items=[rack_out(lv, r.index) for r in cluster.racks])
+
+    rack_by_name = {r.name: r.index for r in cluster.racks}
+    node_by_name = {n.name: n.index for n in cluster.nodes}
+
+    @app.get(
+        "/v1/racks/{name}",
+        response_model=RackDetail,
+        responses={404: _ERRORS[404]},
+        summary="One rack with its nodes and the job on every GPU",
+    )
+    async def get_rack(name: str, who: Who) -> RackDetail:
+        if name not in rack_by_name:
+            raise ApiError(404, f"no rack named {name!r}")
+        with ctx.runner.reading() as lv:
+            return rack_detail(lv, rack_by_name[name])
+
+    @app.get("/v1/nodes", response_model=NodeList, summary="Every node")
+    async def list_nodes(who: Who, rack: str | None = None) -> NodeList:
+        if rack is not None and rack not in rack_by_name:
+            raise ApiError(404, f"no rack named {rack!r}")
+        nodes = cluster.racks[rack_by_name[rack]].nodes if rack is not None else range(len(cluster.nodes))
+        with ctx.runner.reading() as lv:
+            return NodeList(items=[node_out(lv, n) for n in nodes])
+
+    @app.get("/v1/nodes/{name}", response_model=NodeList, responses={404: _ERRORS[404]}, include_in_schema=False)
+    async def get_node(name: str, who: Who) -> NodeList:
+        if name not in node_by_name:
+            raise ApiError(404, f"no node named {name!r}")
+        with ctx.runner.reading() as lv:
+            return NodeList(items=[node_out(lv, node_by_name[name])])
+
+    @app.get("/v1/queues", response_model=QueueList, summary="Queues: jobs pending and running, GPUs held and wanted")
+    async def list_queues(who: Who) -> QueueList:
+        counts: dict[str, dict[str, int]] = {}
+        for r in ctx.store.jobs(status=["pending", "running"], limit=10**9):
+            counts.setdefault(r.queue, {}).setdefault(r.status, 0)
+            counts[r.queue][r.status] += 1
+        with ctx.runner.reading() as lv:
+            out = queues_out(lv, counts)
+        if not who.is_admin:
+            out.items = [q for q in out.items if q.name in who.queues]
+        return out
+
+    @app.get("/v1/kpis", response_model=KpisOut, summary="KPIs since the service started (DESIGN section 5)")
+    async def get_kpis(who: Who) -> KpisOut:
+        with ctx.runner.reading() as lv:
+            return kpis_out(lv, ctx.runner.clock.now())
+
+    # ------------------------------------------------------------------ metrics and the page
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        if ctx.metrics is None:
+            raise ApiError(404, "metrics are off")
+        body, content_type = ctx.metrics.exposition()
+        return Response(body, media_type=content_type)
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> HTMLResponse:
+        from rackscale.service.web import page
+
+        return HTMLResponse(page())
+
+    return app
+
+
+def _pick(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {c: _ERRORS[c] for c in codes}
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"body of {declared} bytes is over the limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,116 @@
+"""Putting the service together: store, live cluster, backend, runner, metrics and the FastAPI app."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastapi import FastAPI
+
+from rackscale.backends.base import Backend
+from rackscale.model.topology import GPUCluster
+from rackscale.service.api import DEFAULT_MAX_BODY, ServiceContext, create_app
+from rackscale.service.auth import TokenTable
+from rackscale.service.clock import ServiceClock
+from rackscale.service.live import LiveCluster
+from rackscale.service.metrics import Metrics
+from rackscale.service.runner import Runner
+from rackscale.service.store import Store
+
+log = logging.getLogger("rackscale.service")
+
+# A backend factory: given the cluster the service was started with (None: the backend finds its own),
+# return the backend and the cluster it drives.
+BackendFactory = Callable[[GPUCluster | None], tuple[Backend, GPUCluster]]
+
+
+class ServiceConfigError(ValueError):
+    pass
+
+
+@dataclass(slots=True)
+class ServiceConfig:
+    data_dir: Path
+    cluster: GPUCluster | None = None
+    backend: str = "sim"
+    backend_options: dict[str, object] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 8080
+    speed: float = 1.0
+    tokens_file: Path | None = None
+    db_url: str | None = None  # default: SQLite in data_dir
+    durability: str = "normal"  # SQLite synchronous: normal (survives a process crash) or full (fsync per commit)
+    policy: str = "rackscale"
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    interval_s: float = 0.05
+
+
+@dataclass(slots=True)
+class Service:
+    config: ServiceConfig
+    app: FastAPI
+    ctx: ServiceContext
+    recovered: dict[str, int]
+
+    def close(self) -> None:
+        self.ctx.runner.stop()
+        self.ctx.store.close()
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def make_backend(config: ServiceConfig) -> tuple[Backend, GPUCluster]:
+    if config.backend == "sim":
+        from rackscale.backends.sim import SimBackend
+
+        cluster = config.cluster or GPUCluster.uniform(name="nvl72-x4", racks_per_region=4)
+        return SimBackend(cluster), cluster
+    if config.backend == "local":
+        from rackscale.backends.local import make_local_backend
+
+        return make_local_backend(config.data_dir, config.cluster, config.backend_options)
+    raise ServiceConfigError(f"unknown backend {config.backend!r} (use sim or local)")
+
+
+def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
+    """Everything but the HTTP server. Raises ServiceConfigError with a message a user can act on."""
+    tokens = TokenTable.load(config.tokens_file) if config.tokens_file is not None else None
+    if tokens is None and not is_loopback(config.host):
+        raise ServiceConfigError(
+            f"refusing to listen on {config.host} without auth: give --tokens FILE (see docs/service.md), or "
+            "bind to 127.0.0.1"
+        )
+    if config.durability not in ("normal", "full"):
+        raise ServiceConfigError(f"--durability must be normal or full (got {config.durability!r})")
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    url = config.db_url or f"sqlite:///{config.data_dir / 'rackscale.db'}"
+    store = Store(url, synchronous=config.durability.upper())
+    backend, cluster = make_backend(config)
+    clock = ServiceClock(speed=config.speed, resume_from=store.latest_time())
+    live = LiveCluster(cluster, policy=config.policy)
+    metrics = Metrics()
+    runner = Runner(live, store, backend, clock, observer=metrics, interval_s=config.interval_s)
+    metrics.attach(runner)
+    recovered = runner.recover()
+    ctx = ServiceContext(
+        store=store,
+        runner=runner,
+        backend=backend.name,
+        tokens=tokens,
+        max_body_bytes=config.max_body_bytes,
+        metrics=metrics,
+    )
+    app = create_app(ctx)
+    if start:
+        runner.start()
+    return Service(config, app, ctx, recovered)

@@ -1,0 +1,257 @@
+"""Prometheus metrics. Events (attempts, preemptions, submissions) are counters updated as they happen;
+every state gauge comes from one Collector that reads the live cluster at scrape time (as client_python
+recommends), so a scrape never sees a half-updated cycle.
+
+Names mirror kube-scheduler where it has an equivalent (``scheduler_schedule_attempts_total`` ->
+``rackscale_schedule_attempts_total``, ``scheduler_scheduling_attempt_duration_seconds``,
+``scheduler_pending_pods``, ``scheduler_preemption_victims``). Virtual-time counters (GPU-seconds, bytes)
+advance with the service clock, so with ``--speed`` they run faster than the wall clock; ratios of their
+rates are what the dashboards and alerts use.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from rackscale.model.placement import Placement
+from rackscale.model.topology import MILLI_PER_GPU
+from rackscale.network.collectives import Layout
+from rackscale.service.live import COMPLETED, FAILED, PREEMPTED, SCHEDULED, Change
+from rackscale.sim.perf import replica_tokens_per_s
+from rackscale.sim.serving import demand_tokens_per_s, p99_latency_s
+
+if TYPE_CHECKING:
+    from rackscale.service.runner import Runner
+
+# The names the service exports (the Grafana test checks every dashboard expression against these).
+METRIC_NAMES = (
+    "rackscale_schedule_attempts_total",
+    "rackscale_scheduling_attempt_duration_seconds",
+    "rackscale_preemption_victims_total",
+    "rackscale_jobs_submitted_total",
+    "rackscale_jobs_finished_total",
+    "rackscale_pending_jobs",
+    "rackscale_running_jobs",
+    "rackscale_oldest_pending_job_age_seconds",
+    "rackscale_gpus",
+    "rackscale_rack_gpus",
+    "rackscale_rack_gpus_allocated",
+    "rackscale_gpu_utilization_ratio",
+    "rackscale_idle_rate_ratio",
+    "rackscale_gpu_available_seconds_total",
+    "rackscale_gpu_idle_while_waiting_seconds_total",
+    "rackscale_traffic_bytes_total",
+    "rackscale_intra_rack_traffic_ratio",
+    "rackscale_uplink_utilization_ratio",
+    "rackscale_network_latency_p99_seconds",
+    "rackscale_cost_per_hour",
+    "rackscale_cost_per_token",
+    "rackscale_inference_tokens_per_second",
+    "rackscale_inference_p99_latency_seconds",
+    "rackscale_runner_errors_total",
+)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series: they double the exposition for no use here
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.attempts = Counter(
+            "rackscale_schedule_attempts",
+            "Scheduling attempts by result (a job looked at in a cycle).",
+            ["result"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "rackscale_scheduling_attempt_duration_seconds",
+            "Time of one scheduling cycle.",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=r,
+        )
+        self.victims = Counter("rackscale_preemption_victims", "Jobs preempted to make room.", registry=r)
+        self.submissions = Counter("rackscale_jobs_submitted", "Jobs accepted by the API.", ["queue"], registry=r)
+        self.finished = Counter(
+            "rackscale_jobs_finished", "Jobs that ended, by outcome (completed, failed).", ["outcome"], registry=r
+        )
+        for result in ("scheduled", "unschedulable"):
+            self.attempts.labels(result)
+        for outcome in ("completed", "failed"):
+            self.finished.labels(outcome)
+
+    def attach(self, runner: Runner) -> None:
+        self.registry.register(StateCollector(runner))
+
+    # called by the runner after each step and by the API per submission
+    def cycle(self, *, seconds: float | None, changes: list[Change]) -> None:
+        if seconds is not None:
+            self.duration.observe(seconds)
+        for ch in changes:
+            if ch.type == SCHEDULED:
+                self.attempts.labels("scheduled").inc()
+            elif ch.type == PREEMPTED:
+                self.victims.inc()
+            elif ch.type == COMPLETED:
+                self.finished.labels("completed").inc()
+            elif ch.type == FAILED:
+                self.finished.labels("failed").inc()
+            else:
+                self.attempts.labels("unschedulable").inc()
+
+    def submitted(self, queue: str) -> None:
+        self.submissions.labels(queue).inc()
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class StateCollector(Collector):
+    """Every state gauge, read from the live cluster under the runner's lock at scrape time."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        with self.runner.reading() as live:
+            now = self.runner.clock.now()
+            yield from _collect(live, now, self.runner)
+
+
+def _g(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
+
+
+def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    from rackscale.service.live import LiveCluster
+
+    assert isinstance(live, LiveCluster)
+    c = live.cluster
+    st = live.state
+    k = live.counters
+
+    pending = _g("rackscale_pending_jobs", "Jobs waiting, per queue.", ["queue"])
+    oldest = _g("rackscale_oldest_pending_job_age_seconds", "Age of the oldest waiting job, per queue.", ["queue"])
+    per_queue: dict[str, tuple[int, float]] = {}
+    for spec in live.pending:
+        n, first = per_queue.get(spec.queue, (0, math.inf))
+        per_queue[spec.queue] = (n + 1, min(first, spec.submit_time))
+    for q, (n, first) in sorted(per_queue.items()):
+        pending.add_metric([q], n)
+        oldest.add_metric([q], max(now - first, 0.0))
+    yield pending
+    yield oldest
+
+    running = _g("rackscale_running_jobs", "Jobs running, per queue.", ["queue"])
+    for q, usage in sorted(st.queue_usage.items()):
+        running.add_metric([q], usage.jobs)
+    yield running
+
+    healthy = c.total_gpus - st.failed_gpus_count
+    allocated = st.used_milli / MILLI_PER_GPU
+    gpus = _g("rackscale_gpus", "GPUs of the cluster by state.", ["state"])
+    gpus.add_metric(["allocated"], allocated)
+    gpus.add_metric(["free"], max(healthy - allocated, 0.0))
+    gpus.add_metric(["failed"], st.failed_gpus_count)
+    yield gpus
+    yield GaugeMetricFamily(
+        "rackscale_gpu_utilization_ratio",
+        "Allocated / healthy GPUs now.",
+        value=allocated / healthy if healthy else 0.0,
+    )
+
+    cap = _g("rackscale_rack_gpus", "GPUs per rack (NVLink domain).", ["rack", "region"])
+    used = _g(
+        "rackscale_rack_gpus_allocated", "GPUs allocated per rack (a shared GPU counts its share).", ["rack", "region"]
+    )
+    uplink = _g("rackscale_uplink_utilization_ratio", "Rack uplink load / capacity.", ["rack"])
+    for r in c.racks:
+        labels = [r.name, c.regions[r.region].name]
+        cap.add_metric(labels, r.gpus)
+        free_milli = sum(sum(st.gpu_free[n]) for n in r.nodes)
+        used.add_metric(labels, r.gpus - free_milli / MILLI_PER_GPU)
+        uplink.add_metric([r.name], live.monitor.uplink_utilisation(r.index))
+    yield cap
+    yield used
+    yield uplink
+
+    yield GaugeMetricFamily(
+        "rackscale_idle_rate_ratio",
+        "GPU-seconds idle while work waited / available GPU-seconds, since the service started.",
+        value=k.idle_waiting_gpu_s / k.available_gpu_s if k.available_gpu_s else 0.0,
+    )
+    yield CounterMetricFamily(
+        "rackscale_gpu_available_seconds", "Healthy GPU-seconds (service clock).", value=k.available_gpu_s
+    )
+    yield CounterMetricFamily(
+        "rackscale_gpu_idle_while_waiting_seconds",
+        "GPU-seconds left free while jobs that could use them waited (service clock).",
+        value=k.idle_waiting_gpu_s,
+    )
+    traffic = CounterMetricFamily("rackscale_traffic_bytes", "Bytes moved by jobs, per link tier.", labels=["tier"])
+    traffic.add_metric(["nvlink"], k.bytes_nvlink)
+    traffic.add_metric(["rdma"], k.bytes_rdma)
+    traffic.add_metric(["backbone"], k.bytes_backbone)
+    yield traffic
+    moved = k.bytes_nvlink + k.bytes_rdma + k.bytes_backbone
+    yield GaugeMetricFamily(
+        "rackscale_intra_rack_traffic_ratio",
+        "NVLink bytes / all bytes since the service started.",
+        value=k.bytes_nvlink / moved if moved else 1.0,
+    )
+
+    # Network latency per tier: the tier's base latency stretched by queueing on its busiest link (M/M/1).
+    lat = _g("rackscale_network_latency_p99_seconds", "Modelled p99 latency per link tier.", ["tier"])
+    busiest = max((live.monitor.uplink_utilisation(r.index) for r in c.racks), default=0.0)
+    t = c.tiers
+    tiers = {"nvlink": (t.nvlink, 0.0), "rdma": (t.rdma, busiest), "backbone": (t.backbone, busiest)}
+    for name, (tier, util) in tiers.items():
+        lat.add_metric([name], _p99_latency(tier.latency_us * 1e-6, util))
+    yield lat
+
+    cost = c.total_gpus * c.pricing.per_gpu_hour
+    yield GaugeMetricFamily("rackscale_cost_per_hour", "Cost of the whole cluster per hour (its currency).", value=cost)
+    tps = _g("rackscale_inference_tokens_per_second", "Tokens per second an inference service serves.", ["job"])
+    p99 = _g(
+        "rackscale_inference_p99_latency_seconds", "Modelled p99 request latency of an inference service.", ["job"]
+    )
+    total_tps = 0.0
+    for name, rj in sorted(st.running.items()):
+        spec = rj.spec
+        if spec.kind.value != "inference":
+            continue
+        # One replica's tensor-parallel group: its share of the slices (replicas are alike).
+        per = max(1, len(rj.placement.allocs) // max(rj.placement.units, 1))
+        layout = Layout.of(c, Placement(name, rj.placement.allocs[:per], 1))
+        capacity = replica_tokens_per_s(c, spec, layout) * rj.placement.units
+        profile = spec.serving
+        demand = demand_tokens_per_s(profile, now) if profile is not None else capacity * 0.6
+        served = min(demand, capacity)
+        total_tps += served
+        tps.add_metric([name], served)
+        latency = p99_latency_s(
+            demand_tps=demand,
+            capacity_tps=capacity,
+            replicas=rj.placement.units,
+            tokens_per_request=profile.tokens_per_request if profile is not None else 256.0,
+        )
+        p99.add_metric([name], latency if math.isfinite(latency) else 1e9)
+    yield tps
+    yield p99
+    yield GaugeMetricFamily(
+        "rackscale_cost_per_token",
+        "Cluster cost per served inference token (its currency; 0 when none served).",
+        value=cost / 3600.0 / total_tps if total_tps > 0 else 0.0,
+    )
+    yield CounterMetricFamily("rackscale_runner_errors", "Runner steps that raised (bugs).", value=runner.errors)
+
+
+def _p99_latency(base_s: float, utilisation: float) -> float:
+    util = min(max(utilisation, 0.0), 0.99)
+    return base_s * math.log(100.0) / max(1.0 - util, 0.01) if base_s > 0 else 0.0

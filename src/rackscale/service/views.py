@@ -1,0 +1,322 @@
+"""What the API returns: pydantic models (they make the OpenAPI schema) and the functions that fill them
+from the store and the live cluster. JSON keys are camelCase, like the job specs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+from rackscale.model.placement import Placement
+from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
+from rackscale.service.live import LiveCluster
+from rackscale.service.store import EventRow, JobRow
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True)
+
+
+class NodeSlice(_Out):
+    node: str
+    rack: str
+    gpus: list[int]
+    milli_per_gpu: int
+
+
+class PlacementOut(_Out):
+    racks: list[str]
+    nodes: list[NodeSlice]
+    gpus: float
+
+
+class JobOut(_Out):
+    name: str
+    queue: str
+    kind: str
+    gpus: float
+    priority: int
+    status: str
+    reason: str
+    message: str
+    submitted: float
+    started: float | None = None
+    ended: float | None = None
+    exit_code: int | None = None
+    restarts: int = 0
+    placement: PlacementOut | None = None
+    spec: dict[str, Any]
+
+
+class JobList(_Out):
+    items: list[JobOut]
+    next_after: int | None  # pass as ?after= to get the next page (None: this was the last)
+
+
+class EventOut(_Out):
+    time: float
+    type: str
+    reason: str
+    message: str
+
+
+class EventList(_Out):
+    job: str
+    items: list[EventOut]
+
+
+class GpuOut(_Out):
+    index: int
+    job: str | None  # the job holding (a share of) it
+    used_milli: int
+    failed: bool
+
+
+class NodeOut(_Out):
+    name: str
+    rack: str
+    region: str
+    gpu_model: str
+    gpus: int
+    allocated: float
+    failed: int
+    jobs: list[str]
+
+
+class NodeDetail(NodeOut):
+    gpu_grid: list[GpuOut]
+
+
+class RackOut(_Out):
+    name: str
+    region: str
+    gpu_model: str
+    gpus: int
+    allocated: float
+    free: int
+    failed: int
+    jobs: list[str]
+
+
+class RackDetail(RackOut):
+    nodes: list[NodeDetail]
+
+
+class RackList(_Out):
+    items: list[RackOut]
+
+
+class NodeList(_Out):
+    items: list[NodeOut]
+
+
+class QueueOut(_Out):
+    name: str
+    pending: int
+    running: int
+    gpus_allocated: float
+    gpus_waiting: float
+
+
+class QueueList(_Out):
+    items: list[QueueOut]
+
+
+class KpisOut(_Out):
+    now: float
+    gpus: int
+    gpus_allocated: float
+    gpus_failed: int
+    allocation_ratio: float  # allocated / available GPU-seconds since the service started
+    idle_rate: float  # idle while work waited / available GPU-seconds (DESIGN section 5)
+    intra_rack_traffic_share: float  # NVLink bytes / all bytes
+    traffic_bytes: dict[str, float]
+    completed: int
+    failed: int
+    preemption_victims: int
+    cost_per_hour: float
+    currency: str
+
+
+class ClusterOut(_Out):
+    name: str
+    backend: str
+    regions: int
+    racks: int
+    nodes: int
+    gpus: int
+    gpus_allocated: float
+    pending: int
+    running: int
+    now: float
+    speed: float
+    auth: bool
+
+
+class Problem(_Out):
+    loc: list[str | int]
+    msg: str
+    fix: str = ""
+
+
+class ErrorOut(_Out):
+    detail: str | list[Problem]
+
+
+# ---------------------------------------------------------------------- builders
+def placement_out(cluster: GPUCluster, p: Placement) -> PlacementOut:
+    nodes = [
+        NodeSlice(
+            node=cluster.nodes[a.node].name,
+            rack=cluster.racks[cluster.nodes[a.node].rack].name,
+            gpus=list(a.gpus),
+            milli_per_gpu=a.milli,
+        )
+        for a in p.allocs
+    ]
+    racks = sorted({n.rack for n in nodes})
+    return PlacementOut(racks=racks, nodes=nodes, gpus=p.gpu_milli / MILLI_PER_GPU)
+
+
+def job_out(cluster: GPUCluster, row: JobRow, *, why: tuple[str, str] | None = None) -> JobOut:
+    reason, message = why if why is not None and row.status == "pending" else (row.reason, row.message)
+    return JobOut(
+        name=row.name,
+        queue=row.queue,
+        kind=row.kind,
+        gpus=row.gpus,
+        priority=row.priority,
+        status=row.status,
+        reason=reason,
+        message=message,
+        submitted=row.submitted,
+        started=row.started,
+        ended=row.ended,
+        exit_code=row.exit_code,
+        restarts=row.restarts,
+        placement=placement_out(cluster, row.placement) if row.placement is not None else None,
+        spec=row.doc,
+    )
+
+
+def event_out(e: EventRow) -> EventOut:
+    return EventOut(time=e.time, type=e.type, reason=e.reason, message=e.message)
+
+
+def _node(live: LiveCluster, n: int, *, grid: bool) -> NodeDetail | NodeOut:
+    c = live.cluster
+    st = live.state
+    node = c.nodes[n]
+    failed = node.gpus if st.node_down[n] else len(st.gpu_failed[n])
+    free = sum(st.gpu_free[n][g] for g in range(node.gpus) if g not in st.gpu_failed[n] and not st.node_down[n])
+    allocated = (node.gpus - failed) - free / MILLI_PER_GPU
+    jobs = sorted(st.node_jobs[n])
+    base: dict[str, Any] = {
+        "name": node.name,
+        "rack": c.racks[node.rack].name,
+        "region": c.regions[node.region].name,
+        "gpu_model": node.gpu_model,
+        "gpus": node.gpus,
+        "allocated": max(allocated, 0.0),
+        "failed": failed,
+        "jobs": jobs,
+    }
+    if not grid:
+        return NodeOut(**base)
+    owner: dict[int, str] = {}
+    for j in jobs:
+        for a in st.running[j].placement.allocs:
+            if a.node == n:
+                for g in a.gpus:
+                    owner.setdefault(g, j)
+    cells = [
+        GpuOut(
+            index=g,
+            job=owner.get(g),
+            used_milli=MILLI_PER_GPU - st.gpu_free[n][g],
+            failed=st.node_down[n] or g in st.gpu_failed[n],
+        )
+        for g in range(node.gpus)
+    ]
+    return NodeDetail(**base, gpu_grid=cells)
+
+
+def node_out(live: LiveCluster, n: int) -> NodeOut:
+    out = _node(live, n, grid=False)
+    return out
+
+
+def node_detail(live: LiveCluster, n: int) -> NodeDetail:
+    out = _node(live, n, grid=True)
+    assert isinstance(out, NodeDetail)
+    return out
+
+
+def rack_out(live: LiveCluster, r: int) -> RackOut:
+    c = live.cluster
+    rack = c.racks[r]
+    st = live.state
+    failed = sum(c.nodes[n].gpus if st.node_down[n] else len(st.gpu_failed[n]) for n in rack.nodes)
+    free_milli = sum(
+        sum(st.gpu_free[n][g] for g in range(c.nodes[n].gpus) if g not in st.gpu_failed[n])
+        for n in rack.nodes
+        if not st.node_down[n]
+    )
+    return RackOut(
+        name=rack.name,
+        region=c.regions[rack.region].name,
+        gpu_model=rack.gpu_model,
+        gpus=rack.gpus,
+        allocated=max(rack.gpus - failed - free_milli / MILLI_PER_GPU, 0.0),
+        free=st.rack_whole[r],
+        failed=failed,
+        jobs=sorted(st.rack_jobs[r]),
+    )
+
+
+def rack_detail(live: LiveCluster, r: int) -> RackDetail:
+    base = rack_out(live, r)
+    return RackDetail(**base.model_dump(), nodes=[node_detail(live, n) for n in live.cluster.racks[r].nodes])
+
+
+def queues_out(live: LiveCluster, counts: dict[str, dict[str, int]]) -> QueueList:
+    """``counts``: per queue, jobs per status from the store (the live cluster knows only active ones)."""
+    waiting: dict[str, float] = {}
+    for spec in live.pending:
+        waiting[spec.queue] = waiting.get(spec.queue, 0.0) + spec.unit.gpu_demand_milli * spec.required_units
+    names = sorted(set(counts) | set(waiting) | set(live.state.queue_usage))
+    items = []
+    for q in names:
+        usage = live.state.queue_usage.get(q)
+        items.append(
+            QueueOut(
+                name=q,
+                pending=counts.get(q, {}).get("pending", 0),
+                running=counts.get(q, {}).get("running", 0),
+                gpus_allocated=(usage.gpu_milli / MILLI_PER_GPU) if usage else 0.0,
+                gpus_waiting=waiting.get(q, 0.0) / MILLI_PER_GPU,
+            )
+        )
+    return QueueList(items=items)
+
+
+def kpis_out(live: LiveCluster, now: float) -> KpisOut:
+    k = live.counters
+    moved = k.bytes_nvlink + k.bytes_rdma + k.bytes_backbone
+    c = live.cluster
+    return KpisOut(
+        now=now,
+        gpus=c.total_gpus,
+        gpus_allocated=live.state.used_milli / MILLI_PER_GPU,
+        gpus_failed=live.state.failed_gpus_count,
+        allocation_ratio=k.allocated_gpu_s / k.available_gpu_s if k.available_gpu_s else 0.0,
+        idle_rate=k.idle_waiting_gpu_s / k.available_gpu_s if k.available_gpu_s else 0.0,
+        intra_rack_traffic_share=k.bytes_nvlink / moved if moved else 1.0,
+        traffic_bytes={"nvlink": k.bytes_nvlink, "rdma": k.bytes_rdma, "backbone": k.bytes_backbone},
+        completed=k.completed,
+        failed=k.failed,
+        preemption_victims=k.preemption_victims,
+        cost_per_hour=c.total_gpus * c.pricing.per_gpu_hour,
+        currency=c.pricing.currency,
+    )

@@ -1,0 +1,69 @@
+"""Fixtures: the real service (FastAPI app, SQLite store, runner thread) on a loopback port, in-process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from rackscale.model.topology import GPUCluster
+from rackscale.service.app import Service, ServiceConfig, build_service
+
+
+@dataclass
+class LiveService:
+    url: str
+    svc: Service
+    data_dir: Path
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=10)
+
+
+def wait_for(pred: Callable[[], object], *, timeout: float = 10.0, what: str = "condition") -> object:
+    """Poll ``pred`` until it returns something truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+@contextmanager
+def serve_in_thread(config: ServiceConfig) -> Iterator[LiveService]:
+    svc = build_service(config)
+    server = uvicorn.Server(uvicorn.Config(svc.app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, timeout=15, what="uvicorn to start")
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield LiveService(f"http://127.0.0.1:{port}", svc, config.data_dir)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        svc.close()
+
+
+def small_cluster(racks: int = 2) -> GPUCluster:
+    """``racks`` NVL72 racks in one region (72 GPUs each: 18 nodes x 4)."""
+    return GPUCluster.uniform(name=f"test-x{racks}", racks_per_region=racks)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[LiveService]:
+    """The service on 2 NVL72 racks, auth off, the clock 1000x the wall clock (a 1 h job takes 3.6 s)."""
+    cfg = ServiceConfig(data_dir=tmp_path / "data", cluster=small_cluster(), speed=1000.0, interval_s=0.01)
+    with serve_in_thread(cfg) as live:
+        yield live
