@@ -336,11 +336,9 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         body, content_type = ctx.metrics.exposition()
         return Response(body, media_type=content_type)
 
-    @app.get("/", include_in_schema=False)
-    async def index() -> HTMLResponse:
-        from rackscale.service.web import page
+    from rackscale.service.web import mount
 
-        return HTMLResponse(page())
+    mount(app, ctx)  # the web page at / (and whatever it reads besides /v1)
 
     return app
 

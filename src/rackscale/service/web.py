@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def page() -> str:
-    return "<!doctype html><title>rackscale</title><h1>rackscale</h1>"
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse
+
+if TYPE_CHECKING:
+    from rackscale.service.api import ServiceContext
+
+
+def mount(app: FastAPI, ctx: ServiceContext) -> None:
+    @app.get("/", include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse("<!doctype html><title>rackscale</title><h1>rackscale</h1>")
