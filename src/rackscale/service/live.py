@@ -77,6 +77,7 @@ class LiveCluster:
         self.why: dict[str, Status] = {}  # the latest reason each queued job waits
         self.counters = LiveCounters()
         self.waiting_milli = 0
+        self._unexplained: set[str] = set()  # queued jobs no cycle has given a reason yet
         self._last: float | None = None
 
     # ------------------------------------------------------------------ inputs
@@ -133,6 +134,7 @@ class LiveCluster:
             name = p.spec.name
             self._dequeue(name)
             self.why.pop(name, None)
+            self._unexplained.discard(name)
             attempts["scheduled"] += 1
             if p.scale_up:
                 continue
@@ -150,10 +152,20 @@ class LiveCluster:
                 out.append(Change(name, FAILED, now, w.status.reason.value, w.status.message))
                 continue
             attempts["unschedulable"] += 1
-            if self.why.get(name) != w.status:
-                self.why[name] = w.status
-                out.append(Change(name, WAITING, now, w.status.reason.value, w.status.message))
+            self._explain(name, w.status, now, out)
+        # Jobs the cycle skipped (nothing of their shape could fit) share one status; give it to the ones
+        # that have no reason yet, so every waiting job says why.
+        if d.not_examined_status is not None:
+            for name in list(self._unexplained):
+                if name in self.pending:
+                    self._explain(name, d.not_examined_status, now, out)
         return out
+
+    def _explain(self, name: str, status: Status, now: float, out: list[Change]) -> None:
+        self._unexplained.discard(name)
+        if self.why.get(name) != status:
+            self.why[name] = status
+            out.append(Change(name, WAITING, now, status.reason.value, status.message))
 
     # ------------------------------------------------------------------ accounting
     def account(self, now: float) -> None:
@@ -178,6 +190,7 @@ class LiveCluster:
         self.pending.add(spec)
         self.waiting_milli += spec.unit.gpu_demand_milli * spec.required_units
         self.cycles.arrived(spec.name)
+        self._unexplained.add(spec.name)
 
     def _dequeue(self, name: str) -> None:
         spec = self.pending.get(name)
@@ -189,6 +202,7 @@ class LiveCluster:
         """Drop a job from the queue or the cluster (cancelled, finished or failed)."""
         self._dequeue(name)
         self.why.pop(name, None)
+        self._unexplained.discard(name)
         self.specs.pop(name, None)
         if name in self.state.running:
             self.state.release(name)

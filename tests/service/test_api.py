@@ -1,0 +1,204 @@
+"""The REST API over a real service (uvicorn on loopback, SQLite, the runner thread): status codes, auth,
+tenants, validation, and what a restart keeps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.service.conftest import LiveService, serve_in_thread, small_cluster, wait_for
+
+from rackscale.service.app import ServiceConfig, ServiceConfigError, build_service
+from rackscale.service.auth import TokenFileError, TokenTable
+from rackscale.service.store import Store
+
+ADMIN, TEAM_A, TEAM_B = "admin-token-0123456789", "team-a-token-0123456789", "team-b-token-0123456789"
+TOKENS = f"""
+tokens:
+  - {{name: ops, role: admin, token: {ADMIN}}}
+  - {{name: team-a, role: tenant, queues: [team-a], token: {TEAM_A}}}
+  - {{name: team-b, role: tenant, queues: [team-b, team-b-batch], token: {TEAM_B}}}
+"""
+
+
+def job(name: str, gpus: int = 8, **extra: object) -> dict[str, object]:
+    return {"name": name, "kind": "training", "gpus": gpus, "durationEstimateSeconds": 1e7, **extra}
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[LiveService]:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(TOKENS)
+    cfg = ServiceConfig(
+        data_dir=tmp_path / "data", cluster=small_cluster(), speed=1000.0, interval_s=0.01, tokens_file=tokens
+    )
+    with serve_in_thread(cfg) as live:
+        yield live
+
+
+def test_submit_schedule_list_and_cancel(service: LiveService) -> None:
+    c = service.client()
+    r = c.post("/v1/jobs", json={"name": "train-1", "kind": "training", "gpus": 8})
+    assert r.status_code == 201, r.text
+    assert r.json()["status"] == "pending"
+    got = wait_for(lambda: (j := c.get("/v1/jobs/train-1").json())["status"] == "running" and j, what="running")
+    assert isinstance(got, dict)
+    assert got["placement"]["gpus"] == 8 and len(got["placement"]["racks"]) == 1
+    assert [j["name"] for j in c.get("/v1/jobs").json()["items"]] == ["train-1"]
+    assert c.get("/v1/cluster").json()["gpusAllocated"] == 8
+    r = c.delete("/v1/jobs/train-1")
+    assert r.status_code == 200 and r.json()["status"] == "cancelled"
+    wait_for(lambda: c.get("/v1/cluster").json()["gpusAllocated"] == 0, what="GPUs released")
+    types = [e["type"] for e in c.get("/v1/jobs/train-1/events").json()["items"]]
+    assert types == ["submitted", "scheduled", "cancelled"]
+
+
+def test_a_job_runs_to_completion_on_the_sim_backend(service: LiveService) -> None:
+    c = service.client()
+    c.post("/v1/jobs", json=job("short", durationEstimateSeconds=600))  # 0.6 s at speed 1000
+    wait_for(lambda: c.get("/v1/jobs/short").json()["status"] == "completed", what="completion")
+    assert c.get("/v1/kpis").json()["completed"] == 1
+
+
+def test_a_pending_job_says_why(service: LiveService) -> None:
+    c = service.client()
+    for n in ("fill-1", "fill-2"):
+        c.post("/v1/jobs", json=job(n, 72))
+    c.post("/v1/jobs", json=job("waits", 72))
+    got = wait_for(lambda: (j := c.get("/v1/jobs/waits").json())["reason"] not in ("Queued",) and j, what="reason")
+    assert isinstance(got, dict)
+    assert got["status"] == "pending" and got["message"]
+    assert any(e["type"] == "waiting" for e in c.get("/v1/jobs/waits/events").json()["items"])
+
+
+@pytest.mark.parametrize(
+    ("body", "loc", "needle"),
+    [
+        pytest.param({"name": "x", "kind": "training"}, ["body", "gpus"], "required", id="missing-gpus"),
+        pytest.param(
+            {"name": "x", "kind": "training", "gpus": 7, "gpusPerWorker": 4},
+            ["body", "gpus"],
+            "multiple",
+            id="not-a-multiple",
+        ),
+        pytest.param({"name": "x", "kind": "trainin", "gpus": 8}, ["body", "kind"], "", id="bad-kind"),
+        pytest.param(
+            {"name": "Not/OK", "kind": "training", "gpus": 8}, ["body", "name"], "not a valid job name", id="bad-name"
+        ),
+        pytest.param(
+            {"name": "x", "kind": "training", "gpus": 8, "priorityClassName": "urgent"},
+            ["body", "priorityClassName"],
+            "unknown priority class",
+            id="unknown-class",
+        ),
+        pytest.param([1, 2], ["body"], "JSON object", id="not-an-object"),
+    ],
+)
+def test_bad_specs_get_422_with_the_field_and_a_fix(
+    service: LiveService, body: object, loc: list[str], needle: str
+) -> None:
+    r = service.client().post("/v1/jobs", json=body)
+    assert r.status_code == 422, r.text
+    problems = r.json()["detail"]
+    assert any(p["loc"] == loc and needle in p["msg"] for p in problems), problems
+    assert all(p["fix"] for p in problems)
+
+
+def test_not_json_is_422_and_too_large_is_413(service: LiveService) -> None:
+    c = service.client()
+    r = c.post("/v1/jobs", content=b"{nope", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "not valid JSON" in r.text
+    big = {"name": "big", "kind": "training", "gpus": 8, "env": {"X": "y" * 100_000}}
+    assert c.post("/v1/jobs", json=big).status_code == 413
+    assert c.get("/v1/jobs/big").status_code == 404  # nothing stored
+
+
+def test_duplicate_names_are_409_and_unknown_jobs_404(service: LiveService) -> None:
+    c = service.client()
+    assert c.post("/v1/jobs", json=job("dup")).status_code == 201
+    r = c.post("/v1/jobs", json=job("dup"))
+    assert r.status_code == 409 and "already exists" in r.json()["detail"]
+    assert c.get("/v1/jobs/nope").status_code == 404
+    assert c.delete("/v1/jobs/nope").status_code == 404
+    assert c.get("/v1/racks/nope").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("headers", "detail"),
+    [
+        pytest.param({}, "missing bearer token", id="missing"),
+        pytest.param({"Authorization": "Bearer wrong-token-000000000"}, "unknown token", id="wrong"),
+        pytest.param({"Authorization": f"Basic {ADMIN}"}, "malformed", id="not-bearer"),
+    ],
+)
+def test_without_a_valid_token_everything_is_401(secured: LiveService, headers: dict[str, str], detail: str) -> None:
+    with httpx.Client(base_url=secured.url, headers=headers) as c:
+        for method, path in [("GET", "/v1/jobs"), ("GET", "/v1/racks"), ("POST", "/v1/jobs"), ("GET", "/v1/kpis")]:
+            r = c.request(method, path, json=job("x") if method == "POST" else None)
+            assert r.status_code == 401, (path, r.text)
+            assert detail in r.json()["detail"] and r.headers["www-authenticate"] == "Bearer"
+
+
+def test_tenants_see_and_cancel_only_their_own_jobs(secured: LiveService) -> None:
+    a, b, ops = secured.client(TEAM_A), secured.client(TEAM_B), secured.client(ADMIN)
+    r = a.post("/v1/jobs", json=job("a-1"))  # no queue: the tenant's first
+    assert r.status_code == 201 and r.json()["queue"] == "team-a"
+    assert b.post("/v1/jobs", json=job("b-1", queue="team-b-batch")).status_code == 201
+    r = a.post("/v1/jobs", json=job("a-sneaky", queue="team-b"))
+    assert r.status_code == 403 and "team-b" in r.json()["detail"]
+    assert [j["name"] for j in a.get("/v1/jobs").json()["items"]] == ["a-1"]
+    assert [j["name"] for j in b.get("/v1/jobs").json()["items"]] == ["b-1"]
+    assert sorted(j["name"] for j in ops.get("/v1/jobs").json()["items"]) == ["a-1", "b-1"]
+    assert a.get("/v1/jobs?queue=team-b").json()["items"] == []
+    for method in ("GET", "DELETE"):
+        r = a.request(method, "/v1/jobs/b-1")
+        assert r.status_code == 404 and "b-1" in r.text and "team-b" not in r.text
+    assert a.get("/v1/jobs/b-1/events").status_code == 404
+    assert b.get("/v1/jobs/b-1").json()["status"] in ("pending", "running")  # untouched
+    assert [q["name"] for q in a.get("/v1/queues").json()["items"]] == ["team-a"]
+    assert ops.delete("/v1/jobs/b-1").json()["status"] == "cancelled"
+
+
+def test_restart_keeps_every_job_and_every_placement(tmp_path: Path) -> None:
+    cfg = ServiceConfig(data_dir=tmp_path / "data", cluster=small_cluster(), speed=1.0, interval_s=0.01)
+    with serve_in_thread(cfg) as first:
+        c = first.client()
+        for i in range(6):
+            c.post("/v1/jobs", json=job(f"j{i}", 32))  # 4 fit per rack... 2 racks hold 4 of 6
+        wait_for(lambda: c.get("/v1/cluster").json()["running"] == 4, what="4 running")
+        before = {j["name"]: j for j in c.get("/v1/jobs").json()["items"]}
+    with serve_in_thread(cfg) as second:
+        c = second.client()
+        after = {j["name"]: j for j in c.get("/v1/jobs").json()["items"]}
+        assert after.keys() == before.keys()
+        for name, j in before.items():
+            assert after[name]["status"] == j["status"]
+            assert after[name]["placement"] == j["placement"]
+        assert c.get("/v1/cluster").json()["gpusAllocated"] == 4 * 32
+        assert second.svc.recovered == {"running": 4, "pending": 2}
+        second.svc.ctx.runner.live.state.check_invariants()
+    assert Store(f"sqlite:///{cfg.data_dir / 'rackscale.db'}").check() == []
+
+
+def test_binding_beyond_loopback_without_tokens_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ServiceConfigError, match="without auth"):
+        build_service(ServiceConfig(data_dir=tmp_path, host="0.0.0.0", cluster=small_cluster()), start=False)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        pytest.param("tokens: []", "tokens", id="empty"),
+        pytest.param("tokens:\n  - {name: x, role: tenant, token: abcdefghijklmnopq}", "queues", id="tenant-no-queue"),
+        pytest.param("tokens:\n  - {name: x, role: root, token: abcdefghijklmnopq}", "role", id="bad-role"),
+        pytest.param("tokens:\n  - {name: x, role: admin, token: short}", "token", id="short-token"),
+        pytest.param("tokens: [", "YAML", id="bad-yaml"),
+    ],
+)
+def test_bad_token_files_say_what_to_fix(tmp_path: Path, text: str, needle: str) -> None:
+    f = tmp_path / "t.yaml"
+    f.write_text(text)
+    with pytest.raises(TokenFileError, match=needle):
+        TokenTable.load(f)

@@ -1,0 +1,127 @@
+"""The live cluster (pure: no clock, no store): what a cycle decides and the changes it reports.
+
+rack r000: 18 nodes x 4 GPUs = 72        rack r001: 72
++------------------------------+        +------------------------------+
+| nodes r000-n00 .. r000-n17   |        | nodes r001-n00 .. r001-n17   |
++------------------------------+        +------------------------------+
+"""
+
+from __future__ import annotations
+
+import pytest
+from tests.service.conftest import small_cluster
+
+from rackscale.model.workload import JobSpec, batch, training
+from rackscale.service.live import CANCELLED, COMPLETED, FAILED, PREEMPTED, SCHEDULED, WAITING, LiveCluster
+
+
+def live() -> LiveCluster:
+    return LiveCluster(small_cluster(2))
+
+
+def types(changes: list) -> list[tuple[str, str]]:  # type: ignore[type-arg]
+    return [(c.job, c.type) for c in changes]
+
+
+def test_a_job_that_fits_is_scheduled_inside_one_rack() -> None:
+    lc = live()
+    lc.submit(training("t", 64, duration_estimate_s=100.0))
+    changes = lc.cycle(0.0)
+    assert types(changes) == [("t", SCHEDULED)]
+    p = changes[0].placement
+    assert p is not None
+    assert len({lc.cluster.nodes[a.node].rack for a in p.allocs}) == 1
+    assert lc.state.used_milli == 64_000
+    assert "r00" in changes[0].message
+
+
+def test_a_waiting_job_reports_its_reason_once_until_it_changes() -> None:
+    lc = live()
+    lc.submit(training("big-1", 72, duration_estimate_s=100.0))
+    lc.submit(training("big-2", 72, duration_estimate_s=100.0))
+    lc.submit(training("big-3", 72, duration_estimate_s=100.0))
+    first = lc.cycle(0.0)
+    assert sorted(types(first)) == [("big-1", SCHEDULED), ("big-2", SCHEDULED), ("big-3", WAITING)]
+    waiting = next(c for c in first if c.type == WAITING)
+    assert waiting.reason and waiting.message
+    assert lc.why["big-3"].reason.value == waiting.reason
+    lc.cycles.freed = True  # a full cycle plans a reservation for it: a new reason, reported once
+    [again] = lc.cycle(1.0)
+    assert (again.job, again.type, again.reason) == ("big-3", WAITING, "WaitingForReservation")
+    lc.cycles.freed = True
+    assert lc.cycle(2.0) == []  # the same reason again: nothing new to report
+
+
+def test_an_impossible_job_fails_with_the_reason() -> None:
+    lc = live()
+    lc.submit(batch("huge", tasks=1, gpus=8))  # no node has 8 GPUs
+    [change] = lc.cycle(0.0)
+    assert change.type == FAILED
+    assert "huge" not in lc.specs and not lc.pending
+
+
+def test_an_exit_frees_the_gpus_and_the_next_cycle_uses_them() -> None:
+    lc = live()
+    for n in ("a", "b", "c"):
+        lc.submit(training(n, 72, duration_estimate_s=100.0))
+    lc.cycle(0.0)
+    done = lc.exited("a", 100.0, ok=True, exit_code=0, reason="")
+    assert done is not None and done.type == COMPLETED
+    assert types(lc.cycle(100.0)) == [("c", SCHEDULED)]
+    assert lc.counters.completed == 1
+
+
+@pytest.mark.parametrize(
+    ("running_first", "expect_stop"),
+    [pytest.param(True, True, id="running"), pytest.param(False, False, id="queued")],
+)
+def test_cancel_removes_a_job_wherever_it_is(running_first: bool, expect_stop: bool) -> None:
+    lc = live()
+    lc.submit(training("x", 8))
+    if running_first:
+        lc.cycle(0.0)
+    assert ("x" in lc.state.running) is expect_stop
+    change = lc.cancel("x", 1.0)
+    assert change is not None and change.type == CANCELLED
+    assert "x" not in lc.state.running and "x" not in lc.pending and lc.state.used_milli == 0
+    assert lc.cancel("x", 2.0) is None  # twice is a no-op
+
+
+def test_a_higher_priority_gang_preempts_and_the_victim_waits_again() -> None:
+    lc = live()
+    for n in ("low-1", "low-2"):
+        lc.submit(training(n, 72, priority=0, duration_estimate_s=1e6))
+    lc.cycle(0.0)
+    lc.submit(training("urgent", 72, priority=1_000_000, duration_estimate_s=100.0))
+    changes = lc.cycle(1.0)
+    kinds = dict(types(changes))
+    assert kinds["urgent"] == SCHEDULED
+    victims = [c.job for c in changes if c.type == PREEMPTED]
+    assert len(victims) == 1 and victims[0].startswith("low-")
+    assert victims[0] in lc.pending and lc.counters.preemption_victims == 1
+    lc.state.check_invariants()
+
+
+def test_accounting_counts_idle_gpus_only_while_work_waits() -> None:
+    lc = live()
+    lc.account(0.0)
+    lc.account(10.0)  # nothing waits: idle, but not the scheduler's fault
+    assert lc.counters.idle_waiting_gpu_s == 0.0
+    assert lc.counters.available_gpu_s == pytest.approx(144 * 10)
+    lc.submit(training("w", 8))
+    lc.account(20.0)  # 8 GPUs' worth of work waited 10 s with 144 free
+    assert lc.counters.idle_waiting_gpu_s == pytest.approx(8 * 10)
+
+
+def test_restore_puts_a_job_back_on_its_placement() -> None:
+    lc = live()
+    spec: JobSpec = training("r", 16, duration_estimate_s=100.0)
+    lc.submit(spec)
+    [ch] = lc.cycle(0.0)
+    assert ch.placement is not None
+    again = live()
+    again.restore(spec, ch.placement, started=0.0, now=5.0)
+    assert again.state.snapshot() == lc.state.snapshot() or again.state.used_milli == lc.state.used_milli
+    again.state.check_invariants()
+    with pytest.raises(ValueError):
+        again.restore(training("clash", 16), ch.placement, started=0.0, now=5.0)  # the same GPUs twice
