@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 from rackscale.model.placement import Placement
 from rackscale.model.topology import MILLI_PER_GPU
 from rackscale.network.collectives import Layout
-from rackscale.service.live import COMPLETED, FAILED, PREEMPTED, SCHEDULED, Change
+from rackscale.service.live import Change
 from rackscale.sim.perf import replica_tokens_per_s
 from rackscale.sim.serving import demand_tokens_per_s, p99_latency_s
 
@@ -64,27 +64,15 @@ class Metrics:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series: they double the exposition for no use here
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.attempts = Counter(
-            "rackscale_schedule_attempts",
-            "Scheduling attempts by result (a job looked at in a cycle).",
-            ["result"],
-            registry=r,
-        )
+        # Counts of what the runner did (attempts, victims, outcomes) are kept by the live cluster and read
+        # by the collector; only what happens outside it is counted here.
         self.duration = Histogram(
             "rackscale_scheduling_attempt_duration_seconds",
             "Time of one scheduling cycle.",
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=r,
         )
-        self.victims = Counter("rackscale_preemption_victims", "Jobs preempted to make room.", registry=r)
         self.submissions = Counter("rackscale_jobs_submitted", "Jobs accepted by the API.", ["queue"], registry=r)
-        self.finished = Counter(
-            "rackscale_jobs_finished", "Jobs that ended, by outcome (completed, failed).", ["outcome"], registry=r
-        )
-        for result in ("scheduled", "unschedulable"):
-            self.attempts.labels(result)
-        for outcome in ("completed", "failed"):
-            self.finished.labels(outcome)
 
     def attach(self, runner: Runner) -> None:
         self.registry.register(StateCollector(runner))
@@ -93,17 +81,6 @@ class Metrics:
     def cycle(self, *, seconds: float | None, changes: list[Change]) -> None:
         if seconds is not None:
             self.duration.observe(seconds)
-        for ch in changes:
-            if ch.type == SCHEDULED:
-                self.attempts.labels("scheduled").inc()
-            elif ch.type == PREEMPTED:
-                self.victims.inc()
-            elif ch.type == COMPLETED:
-                self.finished.labels("completed").inc()
-            elif ch.type == FAILED:
-                self.finished.labels("failed").inc()
-            else:
-                self.attempts.labels("unschedulable").inc()
 
     def submitted(self, queue: str) -> None:
         self.submissions.labels(queue).inc()
@@ -250,6 +227,20 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
         value=cost / 3600.0 / total_tps if total_tps > 0 else 0.0,
     )
     yield CounterMetricFamily("rackscale_runner_errors", "Runner steps that raised (bugs).", value=runner.errors)
+    attempts = CounterMetricFamily(
+        "rackscale_schedule_attempts", "Scheduling attempts by result (a job looked at in a cycle).", labels=["result"]
+    )
+    assert k.attempts is not None
+    for result in ("scheduled", "unschedulable"):
+        attempts.add_metric([result], k.attempts[result])
+    yield attempts
+    yield CounterMetricFamily(
+        "rackscale_preemption_victims", "Jobs preempted to make room.", value=k.preemption_victims
+    )
+    finished = CounterMetricFamily("rackscale_jobs_finished", "Jobs that ended, by outcome.", labels=["outcome"])
+    finished.add_metric(["completed"], k.completed)
+    finished.add_metric(["failed"], k.failed)
+    yield finished
 
 
 def _p99_latency(base_s: float, utilisation: float) -> float:
