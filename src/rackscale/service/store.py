@@ -86,6 +86,11 @@ _TRANSITIONS: dict[str, tuple[tuple[str, ...], str | None]] = {
 }
 
 
+# Built once: SQLAlchemy caches the compiled form of a statement object, not of one rebuilt per call.
+_INSERT_JOB = insert(jobs)
+_INSERT_EVENT = insert(events)
+
+
 class DuplicateJob(ValueError):
     pass
 
@@ -210,7 +215,7 @@ class Store:
                 name = upd.pop("b_name")
                 c.execute(update(jobs).where(jobs.c.name == name).values(**upd))
             if logged:
-                c.execute(insert(events), logged)
+                c.execute(_INSERT_EVENT, logged)
         return rejected
 
     def set_meta(self, key: str, value: str) -> None:
