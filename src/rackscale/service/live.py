@@ -57,6 +57,7 @@ class LiveCounters:
     preemption_victims: int = 0
     completed: int = 0
     failed: int = 0
+    cancelled: int = 0
     attempts: Counter[str] | None = None
 
     def __post_init__(self) -> None:
@@ -97,6 +98,7 @@ class LiveCluster:
         if name not in self.specs:
             return None
         self._forget(name)
+        self.counters.cancelled += 1
         return Change(name, CANCELLED, now, "Cancelled", "cancelled by a user")
 
     def exited(self, name: str, now: float, *, ok: bool, exit_code: int | None, reason: str) -> Change | None:

@@ -56,6 +56,7 @@ METRIC_NAMES = (
     "rackscale_inference_tokens_per_second",
     "rackscale_inference_p99_latency_seconds",
     "rackscale_runner_errors_total",
+    "rackscale_runner_healthy",
 )
 
 
@@ -183,7 +184,7 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
         value=k.bytes_nvlink / moved if moved else 1.0,
     )
 
-    # Network latency per tier: the tier's base latency stretched by queueing on its busiest link (M/M/1).
+    # Network latency per tier: the tier's latency plus queueing on its busiest link (M/M/1).
     lat = _g("rackscale_network_latency_p99_seconds", "Modelled p99 latency per link tier.", ["tier"])
     busiest = max((live.monitor.uplink_utilisation(r.index) for r in c.racks), default=0.0)
     t = c.tiers
@@ -194,9 +195,10 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
 
     cost = c.total_gpus * c.pricing.per_gpu_hour
     yield GaugeMetricFamily("rackscale_cost_per_hour", "Cost of the whole cluster per hour (its currency).", value=cost)
-    tps = _g("rackscale_inference_tokens_per_second", "Tokens per second an inference service serves.", ["job"])
+    # Labelled `service`, not `job`: Prometheus owns `job` (the scrape job) and would rename ours.
+    tps = _g("rackscale_inference_tokens_per_second", "Tokens per second an inference service serves.", ["service"])
     p99 = _g(
-        "rackscale_inference_p99_latency_seconds", "Modelled p99 request latency of an inference service.", ["job"]
+        "rackscale_inference_p99_latency_seconds", "Modelled p99 request latency of an inference service.", ["service"]
     )
     total_tps = 0.0
     for name, rj in sorted(st.running.items()):
@@ -218,14 +220,13 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
             replicas=rj.placement.units,
             tokens_per_request=profile.tokens_per_request if profile is not None else 256.0,
         )
-        p99.add_metric([name], latency if math.isfinite(latency) else 1e9)
+        p99.add_metric([name], latency)  # +Inf when overloaded (no steady state)
     yield tps
     yield p99
-    yield GaugeMetricFamily(
-        "rackscale_cost_per_token",
-        "Cluster cost per served inference token (its currency; 0 when none served).",
-        value=cost / 3600.0 / total_tps if total_tps > 0 else 0.0,
-    )
+    cpt = _g("rackscale_cost_per_token", "Cluster cost per served inference token (its currency; absent when none).")
+    if total_tps > 0:  # no sample rather than a 0 that would read as "free"
+        cpt.add_metric([], cost / 3600.0 / total_tps)
+    yield cpt
     yield CounterMetricFamily("rackscale_runner_errors", "Runner steps that raised (bugs).", value=runner.errors)
     attempts = CounterMetricFamily(
         "rackscale_schedule_attempts", "Scheduling attempts by result (a job looked at in a cycle).", labels=["result"]
@@ -240,9 +241,17 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
     finished = CounterMetricFamily("rackscale_jobs_finished", "Jobs that ended, by outcome.", labels=["outcome"])
     finished.add_metric(["completed"], k.completed)
     finished.add_metric(["failed"], k.failed)
+    finished.add_metric(["cancelled"], k.cancelled)
     yield finished
+    yield GaugeMetricFamily(
+        "rackscale_runner_healthy",
+        "1 while the runner takes work; 0 once the store refused a commit (restart the service).",
+        value=0.0 if runner.fatal else 1.0,
+    )
 
 
 def _p99_latency(base_s: float, utilisation: float) -> float:
+    """The tier's latency plus queueing on its busiest link: M/M/1 waiting grows as u / (1 - u), and its p99
+    is ln(100) times the mean, taking the tier's latency as the service time."""
     util = min(max(utilisation, 0.0), 0.99)
-    return base_s * math.log(100.0) / max(1.0 - util, 0.01) if base_s > 0 else 0.0
+    return base_s * (1.0 + math.log(100.0) * util / (1.0 - util))
