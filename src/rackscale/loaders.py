@@ -96,6 +96,20 @@ def parse_jobs_text(
     return _jobs(_documents(text, source), source, priority_classes)
 
 
+def read_text(path: str | os.PathLike[str]) -> str:
+    """A spec file's text (raises SpecError naming the file when it cannot be read)."""
+    return _read(path)
+
+
+def parse_job_documents(text: str, *, source: str = "<string>") -> list[tuple[JobSpec, dict[str, Any]]]:
+    """Like :func:`parse_jobs_text`, each job with the document it came from (what a client sends to the
+    service), in file order."""
+    docs = _documents(text, source)
+    jobs = _jobs(docs, source, None)
+    entries = _entries(docs, [])
+    return [(job, dict(data)) for job, (_prefix, data, _node) in zip(jobs, entries, strict=True)]
+
+
 def _jobs(docs: list[Document], source: str, priority_classes: Mapping[str, int] | None) -> list[JobSpec]:
     problems: list[SpecProblem] = []
     jobs: list[JobSpec] = []

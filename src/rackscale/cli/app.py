@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import typer
 
+from rackscale.cli.cancel import cancel
 from rackscale.cli.compare_arch import compare_arch
+from rackscale.cli.describe import describe
+from rackscale.cli.get import get
 from rackscale.cli.pack import pack
 from rackscale.cli.schedule import schedule
 from rackscale.cli.serve import serve
 from rackscale.cli.simulate import simulate
+from rackscale.cli.submit import submit
+from rackscale.cli.top import top
 from rackscale.cli.validate import validate
 
 app = typer.Typer(
@@ -27,6 +32,11 @@ app.command()(validate)
 app.command()(pack)
 app.command(name="compare-arch")(compare_arch)
 app.command()(serve)
+app.command()(submit)
+app.command()(get)
+app.command()(describe)
+app.command()(cancel)
+app.command()(top)
 
 
 def _mount_bench() -> None:

@@ -227,3 +227,92 @@ def _fmt_sim(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
     return "-" if v is None else f"{v:,}" if isinstance(v, int) else str(v)
+
+
+@app.command()
+def service(
+    jobs: Annotated[int, typer.Option("--jobs", help="Job submissions to send (at most).", min=1)] = 20_000,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Keep-alive connections in all.", min=1)] = 32,
+    duration_limit: Annotated[
+        float, typer.Option("--duration-limit", help="Stop sending after this many seconds.", min=1)
+    ] = 60.0,
+    crash_after: Annotated[
+        int | None,
+        typer.Option("--crash-after", help="kill -9 the server after this many acknowledged submissions.", min=1),
+    ] = None,
+    durability: Annotated[str, typer.Option("--durability", help="normal or full (SQLite synchronous).")] = "normal",
+    racks: Annotated[int, typer.Option("--racks", help="NVL72 racks of the served cluster.", min=1)] = 16,
+    speed: Annotated[float, typer.Option("--speed", help="Service clock speed (jobs' durations / speed).")] = 100.0,
+    workers: Annotated[int, typer.Option("--workers", help="Client processes sharing the connections.", min=1)] = 2,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the job mix.")] = 0,
+    output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+) -> None:
+    """Load (and crash) `rackscale serve` over loopback: submissions/s, submit latency, placements; with
+    --crash-after, kill -9 mid-load, restart and verify that no acknowledged job was lost.
+
+    Example: rackscale bench service --jobs 20000 --concurrency 32 --crash-after 5000
+    """
+    from rackscale.bench.service import run_service_benchmark
+
+    err = Console(stderr=True)
+    if durability not in ("normal", "full") or output not in ("table", "json"):
+        err.print("[red]error:[/] --durability takes normal or full; -o takes table or json")
+        raise typer.Exit(2)
+    result = run_service_benchmark(
+        jobs=jobs,
+        concurrency=concurrency,
+        duration_limit=duration_limit,
+        crash_after=crash_after,
+        durability=durability,
+        racks=racks,
+        speed=speed,
+        workers=workers,
+        seed=seed,
+        log=lambda msg: err.print(msg, highlight=False),
+    )
+    if output == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        _render_service(result, Console())
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
+def _render_service(r: dict[str, Any], console: Console) -> None:
+    p, lat, v = r["params"], r["latency_ms"], r["verdict"]
+    table = Table(
+        title=f"Service load: {p['jobs']:,} jobs, {p['concurrency']} connections ({p['workers']} client processes), "
+        f"durability {p['durability']}, {p['racks']} racks, speed {p['speed']:g}"
+    )
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("target", justify="right")
+    rows: list[tuple[str, str, str]] = [
+        ("accepted (2xx)", _fmt(r["accepted"]), ""),
+        ("submissions/s", _fmt(r["submissions_per_s"], 0), ">= 1,000"),
+        ("p50 ms", _fmt(lat["p50"], 2), ""),
+        ("p99 ms", _fmt(lat["p99"], 2), "<= 50"),
+        ("max ms", _fmt(lat["max"], 1), ""),
+        ("non-2xx", ", ".join(f"{k}: {n}" for k, n in r["non_2xx"].items()) or "0", "0"),
+        ("no reply", _fmt(r["no_reply"]), ""),
+        ("wall s", _fmt(r["wall_s"], 1), ""),
+        ("CPU s: server / clients", f"{_fmt(r['cpu_s']['server'], 1)} / {_fmt(r['cpu_s']['clients'], 1)}", ""),
+        ("placed during load", _fmt(r["scheduled_during_load"], 0), "> 0"),
+        ("finished during load", _fmt(r["finished_during_load"], 0), ""),
+        ("jobs pending / running / completed", " / ".join(_fmt(n) for n in r["jobs_by_status"].values()), ""),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    if r.get("crash"):
+        c = r["crash"]
+        console.print(
+            f"crash: kill -9 after {c['acked_at_kill']:,} acks ({c['running_at_kill']} running), "
+            f"restart {c['restart_s']} s; "
+            f"acked {v['acked']:,}, lost {v['lost']}, duplicates {v['duplicates']}, no-reply {v['in_doubt']} "
+            f"({v['in_doubt_committed']} committed), running-before not running/completed: "
+            f"{len(v['running_before_not_running_or_completed'])}"
+        )
+    problems = v.get("store_problems", []) + v.get("allocation_problems", [])
+    verdict = "[green]OK[/]" if r["ok"] else "[red]FAILED[/]"
+    console.print(f"verdict: {verdict}" + ("" if not problems else ": " + "; ".join(problems[:5])))

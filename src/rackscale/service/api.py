@@ -31,6 +31,7 @@ from rackscale.service.views import (
     JobList,
     JobOut,
     KpisOut,
+    NodeDetail,
     NodeList,
     QueueList,
     RackDetail,
@@ -38,6 +39,7 @@ from rackscale.service.views import (
     event_out,
     job_out,
     kpis_out,
+    node_detail,
     node_out,
     queues_out,
     rack_detail,
@@ -176,7 +178,9 @@ def create_app(ctx: ServiceContext) -> FastAPI:
                     }
                 ],
             )
-        doc.setdefault("queue", who.default_queue)
+        # A job without a queue goes to the caller's first queue (in the spec of a Kubernetes-style document).
+        body_doc = doc["spec"] if isinstance(doc.get("spec"), dict) else doc
+        body_doc.setdefault("queue", who.default_queue)
         try:
             spec = job_from_dict(doc)
         except SpecError as e:
@@ -304,12 +308,17 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         with ctx.runner.reading() as lv:
             return NodeList(items=[node_out(lv, n) for n in nodes])
 
-    @app.get("/v1/nodes/{name}", response_model=NodeList, responses={404: _ERRORS[404]}, include_in_schema=False)
-    async def get_node(name: str, who: Who) -> NodeList:
+    @app.get(
+        "/v1/nodes/{name}",
+        response_model=NodeDetail,
+        responses={404: _ERRORS[404]},
+        summary="One node with the job on every GPU",
+    )
+    async def get_node(name: str, who: Who) -> NodeDetail:
         if name not in node_by_name:
             raise ApiError(404, f"no node named {name!r}")
         with ctx.runner.reading() as lv:
-            return NodeList(items=[node_out(lv, node_by_name[name])])
+            return node_detail(lv, node_by_name[name])
 
     @app.get("/v1/queues", response_model=QueueList, summary="Queues: jobs pending and running, GPUs held and wanted")
     async def list_queues(who: Who) -> QueueList:

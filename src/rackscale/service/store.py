@@ -57,7 +57,7 @@ jobs = Table(
     Column("submitted", Float, nullable=False),
     Column("started", Float),
     Column("ended", Float),
-    Column("placement", Text),  # JSON, while running
+    Column("placement", Text),  # JSON: where it runs, or ran (cleared when preempted)
     Column("exit_code", Integer),
     Column("restarts", Integer, nullable=False, default=0),
     Index("ix_jobs_status", "status"),
@@ -175,7 +175,7 @@ class Store:
             c.execute(
                 update(jobs)
                 .where(and_(jobs.c.name == name, jobs.c.status.in_(ACTIVE)))
-                .values(status=CANCELLED, ended=now, reason="Cancelled", message="cancelled by a user", placement=None)
+                .values(status=CANCELLED, ended=now, reason="Cancelled", message="cancelled by a user")
             )
             got = c.execute(select(jobs).where(jobs.c.name == name)).mappings().first()
             if got is not None and got["status"] == CANCELLED and got["ended"] == now:
@@ -301,8 +301,7 @@ def _values(ch: Change, status: str) -> dict[str, Any]:
         v["placement"] = None
         v["restarts"] = jobs.c.restarts + 1
     elif ch.type in (COMPLETED, FAILED):
-        v["ended"] = ch.time
-        v["placement"] = None
+        v["ended"] = ch.time  # the placement stays: where it ran
         v["exit_code"] = ch.exit_code
     return v
 

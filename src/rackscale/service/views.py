@@ -166,14 +166,19 @@ class ErrorOut(_Out):
 
 # ---------------------------------------------------------------------- builders
 def placement_out(cluster: GPUCluster, p: Placement) -> PlacementOut:
+    # One entry per node and share size; a GPU appears once per share of it the job holds (a job of
+    # many GPU shares holds several slices of one node).
+    merged: dict[tuple[int, int], list[int]] = {}
+    for a in p.allocs:
+        merged.setdefault((a.node, a.milli), []).extend(a.gpus)
     nodes = [
         NodeSlice(
-            node=cluster.nodes[a.node].name,
-            rack=cluster.racks[cluster.nodes[a.node].rack].name,
-            gpus=list(a.gpus),
-            milli_per_gpu=a.milli,
+            node=cluster.nodes[n].name,
+            rack=cluster.racks[cluster.nodes[n].rack].name,
+            gpus=sorted(gpus),
+            milli_per_gpu=milli,
         )
-        for a in p.allocs
+        for (n, milli), gpus in merged.items()
     ]
     racks = sorted({n.rack for n in nodes})
     return PlacementOut(racks=racks, nodes=nodes, gpus=p.gpu_milli / MILLI_PER_GPU)
