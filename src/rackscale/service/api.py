@@ -109,18 +109,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
     def principal(authorization: Annotated[str | None, Header()] = None) -> Principal:
-        if ctx.tokens is None:
-            return ANONYMOUS
-        bad = {"WWW-Authenticate": "Bearer"}
-        if not authorization:
-            raise ApiError(401, "missing bearer token (send 'Authorization: Bearer TOKEN')", bad)
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise ApiError(401, "malformed Authorization header (expected 'Bearer TOKEN')", bad)
-        who = ctx.tokens.lookup(token.strip())
-        if who is None:
-            raise ApiError(401, "unknown token", bad)
-        return who
+        return authenticate(ctx, authorization)
 
     Who = Annotated[Principal, Depends(principal)]
 
@@ -350,6 +339,22 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     mount(app, ctx)  # the web page at / (and whatever it reads besides /v1)
 
     return app
+
+
+def authenticate(ctx: ServiceContext, authorization: str | None) -> Principal:
+    """Who is calling: anyone is an admin without a token file; else a known bearer token, or 401."""
+    if ctx.tokens is None:
+        return ANONYMOUS
+    bad = {"WWW-Authenticate": "Bearer"}
+    if not authorization:
+        raise ApiError(401, "missing bearer token (send 'Authorization: Bearer TOKEN')", bad)
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "malformed Authorization header (expected 'Bearer TOKEN')", bad)
+    who = ctx.tokens.lookup(token.strip())
+    if who is None:
+        raise ApiError(401, "unknown token", bad)
+    return who
 
 
 def _pick(*codes: int) -> dict[int | str, dict[str, Any]]:

@@ -1,17 +1,131 @@
-"""The web page at ``/`` (placeholder until the dashboard lands)."""
+"""The web dashboard at ``/``: one static page (``static/``: plain HTML, CSS and JS, no build step, nothing
+fetched from the internet) that polls the REST API, plus one compact JSON route the API lacks.
+
+``GET /v1/ui/overview?detail=r000,r001`` returns every rack's utilisation in one request (for the aggregate
+view of a cluster with 100+ racks) and, for the racks named in ``detail`` (the ones the page shows), the
+occupied GPUs of their grids as sparse cells. The cost is O(racks + allocated GPUs + detail nodes), never
+a scan of every GPU. Auth is the API's: with a token file, a valid bearer token or 401.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI
-from fastapi.responses import HTMLResponse
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from rackscale.model.topology import MILLI_PER_GPU
 
 if TYPE_CHECKING:
     from rackscale.service.api import ServiceContext
+    from rackscale.service.live import LiveCluster
+
+STATIC_DIR = Path(__file__).with_name("static")
+MAX_DETAIL_RACKS = 64  # racks whose grid one overview request may carry (the page shows 16 at a time)
+_NO_CACHE = {"Cache-Control": "no-cache"}
 
 
 def mount(app: FastAPI, ctx: ServiceContext) -> None:
+    """Serve the page at ``/``, its assets under ``/static/`` and the overview under ``/v1/ui/``."""
+    from rackscale.service.api import authenticate  # here: api imports this module while it builds the app
+
+    static = Path(ctx.web_dir) if ctx.web_dir else STATIC_DIR
+    cluster = ctx.runner.live.cluster
+    rack_by_name = {r.name: r.index for r in cluster.racks}
+
     @app.get("/", include_in_schema=False)
-    async def index() -> HTMLResponse:
-        return HTMLResponse("<!doctype html><title>rackscale</title><h1>rackscale</h1>")
+    async def index() -> FileResponse:
+        return FileResponse(static / "index.html", media_type="text/html", headers=_NO_CACHE)
+
+    app.mount("/static", StaticFiles(directory=static), name="static")
+
+    @app.get("/v1/ui/overview", include_in_schema=False)
+    async def overview(request: Request, detail: str = "") -> JSONResponse:
+        authenticate(ctx, request.headers.get("authorization"))  # the API's rule; ApiError -> 401
+        wanted: list[int] = []
+        for name in detail.split(","):
+            r = rack_by_name.get(name.strip())
+            if r is not None and r not in wanted:
+                wanted.append(r)
+        if len(wanted) > MAX_DETAIL_RACKS:
+            return JSONResponse(
+                {"detail": f"at most {MAX_DETAIL_RACKS} racks in detail= (got {len(wanted)}); page through them"},
+                status_code=422,
+            )
+        with ctx.runner.reading() as lv:
+            body = overview_doc(lv, wanted)
+        return JSONResponse(body, headers=_NO_CACHE)
+
+
+def overview_doc(lv: LiveCluster, detail: list[int]) -> dict[str, Any]:
+    """Every rack's allocation and failures, and the sparse grids of the ``detail`` racks.
+
+    ``racks[i]``: name, region, gpus, allocated (GPUs, fractional when shared), failed, jobs (a count).
+    ``detail[i]``: name, nodes [{name, gpus, down}], cells [[node, gpu, job, milli]] (node: its position in
+    the rack; job: an index into ``jobs``; one cell per job on a GPU, so a shared GPU has several) and
+    failed [[node, gpu]] (GPUs failed on nodes that are up; a down node's GPUs are all failed).
+    """
+    c = lv.cluster
+    st = lv.state
+    used = [0] * len(c.racks)
+    failed = [0] * len(c.racks)
+    node_pos: dict[int, tuple[int, int]] = {}  # node index -> (slot in detail, position in its rack)
+    for slot, r in enumerate(detail):
+        for pos, n in enumerate(c.racks[r].nodes):
+            node_pos[n] = (slot, pos)
+    grids: list[dict[str, Any]] = [
+        {
+            "name": c.racks[r].name,
+            "nodes": [
+                {"name": c.nodes[n].name, "gpus": c.nodes[n].gpus, "down": st.node_down[n]} for n in c.racks[r].nodes
+            ],
+            "cells": [],
+            "failed": [],
+        }
+        for r in detail
+    ]
+    jobs: list[str] = []
+    job_ix: dict[str, int] = {}
+    for name, run in st.running.items():
+        for a in run.placement.allocs:
+            rack = c.nodes[a.node].rack
+            used[rack] += a.milli * len(a.gpus)
+            where = node_pos.get(a.node)
+            if where is None:
+                continue
+            if name not in job_ix:
+                job_ix[name] = len(jobs)
+                jobs.append(name)
+            cells = grids[where[0]]["cells"]
+            for g in a.gpus:
+                cells.append([where[1], g, job_ix[name], a.milli])
+    for rk in c.racks if st.failed_gpus_count else ():
+        for n in rk.nodes:
+            if st.node_down[n]:
+                failed[rk.index] += c.nodes[n].gpus
+            elif st.gpu_failed[n]:
+                failed[rk.index] += len(st.gpu_failed[n])
+                if n in node_pos:
+                    slot, pos = node_pos[n]
+                    grids[slot]["failed"].extend([pos, g] for g in sorted(st.gpu_failed[n]))
+    racks = [
+        {
+            "name": rk.name,
+            "region": c.regions[rk.region].name,
+            "gpus": rk.gpus,
+            "allocated": used[rk.index] / MILLI_PER_GPU,
+            "failed": failed[rk.index],
+            "jobs": len(st.rack_jobs[rk.index]),
+        }
+        for rk in c.racks
+    ]
+    return {
+        "cluster": c.name,
+        "gpus": c.total_gpus,
+        "gpusAllocated": st.used_milli / MILLI_PER_GPU,
+        "racks": racks,
+        "detail": grids,
+        "jobs": jobs,
+    }
