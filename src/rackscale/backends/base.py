@@ -30,8 +30,18 @@ class RunningJobRecord:
 
 
 class Backend(Protocol):
-    """Calls come from the service's runner thread only, in this order: ``adopt`` once, then any number of
-    ``start``/``stop``/``poll``, then ``close``. ``now`` is the service clock (seconds)."""
+    """Calls come from one thread at a time, in this order: ``adopt`` once, then any number of
+    ``start``/``stop``/``poll``, then ``close``. ``now`` is the service clock (seconds).
+
+    Contracts the runner keeps, which backends may rely on:
+    - ``start`` is called only after the store committed the job as running, so after a crash the store may
+      say running for a job that never started: ``adopt`` starts it (or reports it lost).
+    - A start that fails is reported as a failed :class:`Exit` by the next ``poll`` (``start`` never raises
+      for a job's own problems).
+    - The exits one ``poll`` returned are committed before the next ``poll``: a backend may forget them then.
+    - GPUs are free for the scheduler as soon as ``stop`` is called: a backend with a grace period should
+      keep it short.
+    """
 
     name: str
 

@@ -44,6 +44,9 @@ def serve(
     gpus: Annotated[
         str | None, typer.Option(help="local backend: GPU indexes to use, e.g. 0,1,2,3 (default: NVML discovery).")
     ] = None,
+    stop_grace: Annotated[
+        float, typer.Option("--stop-grace", help="local backend: seconds from SIGTERM to SIGKILL on cancel.", min=0)
+    ] = 10.0,
 ) -> None:
     """Run rackscale as a service: REST API under /v1, /metrics, the web page at /, state in --data-dir.
 
@@ -62,7 +65,7 @@ def serve(
     except ImportError as e:
         fail(f"the service needs extra packages ({e.name} is missing): {SERVICE_EXTRA}")
     cl = resolve_cluster(cluster, racks) if (cluster is not None or racks is not None or backend == "sim") else None
-    options: dict[str, object] = {}
+    options: dict[str, object] = {"stop_grace_s": stop_grace}
     if gpus is not None:
         try:
             options["gpus"] = [int(g) for g in gpus.split(",") if g.strip()]

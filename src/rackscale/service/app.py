@@ -76,9 +76,12 @@ def make_backend(config: ServiceConfig) -> tuple[Backend, GPUCluster]:
         cluster = config.cluster or GPUCluster.uniform(name="nvl72-x4", racks_per_region=4)
         return SimBackend(cluster), cluster
     if config.backend == "local":
-        from rackscale.backends.local import make_local_backend
+        from rackscale.backends.local import LocalBackendError, make_local_backend
 
-        return make_local_backend(config.data_dir, config.cluster, config.backend_options)
+        try:
+            return make_local_backend(config.data_dir, config.cluster, config.backend_options)
+        except LocalBackendError as e:
+            raise ServiceConfigError(str(e)) from e
     raise ServiceConfigError(f"unknown backend {config.backend!r} (use sim or local)")
 
 

@@ -109,7 +109,8 @@ class Runner:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self.backend.close()
+        with self.lock:  # never while a step still runs (backends are called from one thread at a time)
+            self.backend.close()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
