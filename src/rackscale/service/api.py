@@ -82,7 +82,8 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         title="rackscale",
         version="1",
         summary="Topology-aware scheduling of GPU jobs on rack-scale (NVLink-domain) clusters.",
-        responses={401: _ERRORS[401]},
+        # Declared app-wide so that no route advertises FastAPI's default 422 body: ours is ErrorOut.
+        responses={401: _ERRORS[401], 422: _ERRORS[422]},
     )
     app.state.ctx = ctx
     live = ctx.runner.live
@@ -289,7 +290,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         with ctx.runner.reading() as lv:
             return rack_detail(lv, rack_by_name[name])
 
-    @app.get("/v1/nodes", response_model=NodeList, summary="Every node")
+    @app.get("/v1/nodes", response_model=NodeList, responses=_pick(404), summary="Every node (or a rack's)")
     async def list_nodes(who: Who, rack: str | None = None) -> NodeList:
         if rack is not None and rack not in rack_by_name:
             raise ApiError(404, f"no rack named {rack!r}")
