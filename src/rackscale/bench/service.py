@@ -46,6 +46,8 @@ HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
 SCHEDULED_RE = re.compile(r'^rackscale_schedule_attempts_total\{result="scheduled"\}\s+([0-9.eE+]+)', re.M)
 FINISHED_RE = re.compile(r"^rackscale_jobs_finished_total\{[^}]*\}\s+([0-9.eE+]+)", re.M)
+CYCLE_RE = re.compile(r"^rackscale_scheduling_attempt_duration_seconds_(sum|count)\s+([0-9.eE+]+)", re.M)
+CYCLE_SLOW_RE = re.compile(r'^rackscale_scheduling_attempt_duration_seconds_bucket\{le="0\.05"\}\s+([0-9.eE+]+)', re.M)
 
 
 # ------------------------------------------------------------------------------------------ the jobs
@@ -265,6 +267,7 @@ class WorkerPlan:
     deadline: float  # time.time() by which the worker stops sending
     seed: int
     prefix: str
+    rate: float = 0.0  # submissions/s this worker offers (0: as fast as replies come back)
 
 
 def _read_port(port_file: str) -> int:
@@ -275,6 +278,9 @@ async def _drive(plan: WorkerPlan, acked: Any) -> dict[str, Any]:
     docs = iter(plan.indices)
     out: dict[str, Any] = {"acked": [], "rejected": {}, "in_doubt": [], "lat_ns": [], "conn_errors": 0}
 
+    start = time.perf_counter_ns()
+    slots = iter(range(10**12))
+
     async def one_connection() -> None:
         conn = _Conn(_read_port(plan.port_file))
         for i in docs:
@@ -283,6 +289,11 @@ async def _drive(plan: WorkerPlan, acked: Any) -> dict[str, Any]:
             doc = job_doc(i, plan.seed, plan.prefix)
             body = json.dumps(doc, separators=(",", ":")).encode()
             t0 = time.perf_counter_ns()
+            if plan.rate > 0:
+                # Paced: each submission has its send time; latency counts from it, so a slow reply also
+                # delays the submissions behind it (no coordinated omission).
+                t0 = start + int(next(slots) * 1e9 / plan.rate)
+                await asyncio.sleep(max(0.0, (t0 - time.perf_counter_ns()) / 1e9))
             try:
                 status, _ = await asyncio.wait_for(conn.post("/v1/jobs", body), timeout=30)
             except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError):
@@ -325,10 +336,23 @@ def scrape(url: str) -> dict[str, float]:
     if status != 200 or not isinstance(text, str):
         return {}
     m = SCHEDULED_RE.search(text)
+    cycles = {k: float(v) for k, v in CYCLE_RE.findall(text)}
+    fast = CYCLE_SLOW_RE.search(text)
     return {
         "scheduled": float(m.group(1)) if m else 0.0,
         "finished": sum(float(x) for x in FINISHED_RE.findall(text)),
+        "cycles": cycles.get("count", 0.0),
+        "cycle_s": cycles.get("sum", 0.0),
+        "cycles_under_50ms": float(fast.group(1)) if fast else 0.0,
     }
+
+
+def _cycles(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Scheduling cycles the server ran between two scrapes: how many, mean and share over 50 ms."""
+    n = after.get("cycles", 0.0) - before.get("cycles", 0.0)
+    slow = n - (after.get("cycles_under_50ms", 0.0) - before.get("cycles_under_50ms", 0.0))
+    mean_ms = 1000 * (after.get("cycle_s", 0.0) - before.get("cycle_s", 0.0)) / n if n else 0.0
+    return {"count": n, "mean_ms": mean_ms, "over_50ms": slow}
 
 
 def all_jobs(url: str, status: str | None = None) -> list[dict[str, Any]]:
@@ -466,6 +490,7 @@ def run_service_benchmark(
     speed: float = 100.0,
     workers: int = 2,
     seed: int = 0,
+    rate: float = 0.0,
     data_dir: Path | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Result:
@@ -492,7 +517,11 @@ def run_service_benchmark(
         procs = [
             ctx.Process(
                 target=_worker_main,
-                args=(WorkerPlan(str(port_file), per[w], conns[w], deadline, seed, "bench"), acked_count, results),
+                args=(
+                    WorkerPlan(str(port_file), per[w], conns[w], deadline, seed, "bench", rate / workers),
+                    acked_count,
+                    results,
+                ),
                 daemon=True,
             )
             for w in range(workers)
@@ -568,6 +597,7 @@ def run_service_benchmark(
                 "racks": racks,
                 "speed": speed,
                 "seed": seed,
+                "rate": rate,
             },
             "machine": machine_info(),
             "submitted": len(acked) + sum(rejected.values()) + len(in_doubt),
@@ -590,6 +620,7 @@ def run_service_benchmark(
             "scheduled_during_load": (after.get("scheduled", 0) - before.get("scheduled", 0)) if not crash else None,
             "scheduled_counter": {"before": before.get("scheduled"), "after": after.get("scheduled")},
             "finished_during_load": (after.get("finished", 0) - before.get("finished", 0)) if not crash else None,
+            "cycles_during_load": _cycles(before, after) if not crash else None,
             "jobs_by_status": counts,
             "cluster": {k: cluster.get(k) for k in ("gpus", "gpusAllocated", "running", "pending")},
             "samples": samples,

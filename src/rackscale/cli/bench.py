@@ -229,6 +229,18 @@ def _fmt_sim(v: Any) -> str:
     return "-" if v is None else f"{v:,}" if isinstance(v, int) else str(v)
 
 
+def _cycle_rows(c: dict[str, float] | None) -> list[tuple[str, str, str]]:
+    if not c:
+        return []
+    return [
+        (
+            "scheduling cycles: n / mean ms / over 50 ms",
+            f"{c['count']:,.0f} / {c['mean_ms']:.1f} / {c['over_50ms']:,.0f}",
+            "",
+        )
+    ]
+
+
 @app.command()
 def service(
     jobs: Annotated[int, typer.Option("--jobs", help="Job submissions to send (at most).", min=1)] = 20_000,
@@ -245,6 +257,15 @@ def service(
     speed: Annotated[float, typer.Option("--speed", help="Service clock speed (jobs' durations / speed).")] = 100.0,
     workers: Annotated[int, typer.Option("--workers", help="Client processes sharing the connections.", min=1)] = 2,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the job mix.")] = 0,
+    rate: Annotated[
+        float,
+        typer.Option(
+            "--rate",
+            help="Offer this many submissions/s in all (paced; latency counts from each send time). "
+            "0: as fast as replies come back.",
+            min=0,
+        ),
+    ] = 0.0,
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
 ) -> None:
     """Load (and crash) `rackscale serve` over loopback: submissions/s, submit latency, placements; with
@@ -268,6 +289,7 @@ def service(
         speed=speed,
         workers=workers,
         seed=seed,
+        rate=rate,
         log=lambda msg: err.print(msg, highlight=False),
     )
     if output == "json":
@@ -282,7 +304,8 @@ def _render_service(r: dict[str, Any], console: Console) -> None:
     p, lat, v = r["params"], r["latency_ms"], r["verdict"]
     table = Table(
         title=f"Service load: {p['jobs']:,} jobs, {p['concurrency']} connections ({p['workers']} client processes), "
-        f"durability {p['durability']}, {p['racks']} racks, speed {p['speed']:g}"
+        f"durability {p['durability']}, {p['racks']} racks, speed {p['speed']:g}, "
+        + (f"paced at {p['rate']:,.0f}/s" if p.get("rate") else "unpaced (as fast as replies come)")
     )
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -299,6 +322,7 @@ def _render_service(r: dict[str, Any], console: Console) -> None:
         ("CPU s: server / clients", f"{_fmt(r['cpu_s']['server'], 1)} / {_fmt(r['cpu_s']['clients'], 1)}", ""),
         ("placed during load", _fmt(r["scheduled_during_load"], 0), "> 0"),
         ("finished during load", _fmt(r["finished_during_load"], 0), ""),
+        *_cycle_rows(r.get("cycles_during_load")),
         ("jobs pending / running / completed", " / ".join(_fmt(n) for n in r["jobs_by_status"].values()), ""),
     ]
     for row in rows:

@@ -60,7 +60,7 @@ def serve(
     try:
         import uvicorn
 
-        from rackscale.service.app import ServiceConfig, ServiceConfigError, build_service
+        from rackscale.service.app import ServiceConfig, ServiceConfigError, build_service, tune_process
         from rackscale.service.auth import TokenFileError
     except ImportError as e:
         fail(f"the service needs extra packages ({e.name} is missing): {SERVICE_EXTRA}")
@@ -101,6 +101,7 @@ def serve(
         f"recovered {r['running']} running, {r['pending']} pending",
         highlight=False,
     )
+    tune_process()
     try:
         uvicorn.run(svc.app, host=host, port=port, log_level="warning", access_log=False)
     finally:

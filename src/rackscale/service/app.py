@@ -60,6 +60,25 @@ class Service:
         self.ctx.store.close()
 
 
+def tune_process() -> None:
+    """Process-wide settings for a service process (called by `rackscale serve`, not by the library).
+
+    Measured with `rackscale bench service --rate 1000` (docs/benchmarks.md):
+    - GIL switch interval 1 ms instead of 5 ms: the store's writer thread gives up the GIL around every
+      SQLite call and, with the event loop busy, waited up to 5 ms to get it back each time; batches of a
+      few rows took 40-50 ms.
+    - Garbage collection: the objects alive after start-up (the cluster model, recovered jobs) are frozen
+      out of collections, and gen-0 runs every 50,000 allocations instead of 700: full collections of the
+      growing queue took 60-120 ms each and stalled every request in flight.
+    """
+    import gc
+    import sys
+
+    sys.setswitchinterval(0.001)
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True

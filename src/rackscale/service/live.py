@@ -164,9 +164,13 @@ class LiveCluster:
         return out
 
     def _explain(self, name: str, status: Status, now: float, out: list[Change]) -> None:
+        """Keep the latest reason in memory (the API shows it). Only a job's first reason is a change, which
+        is persisted and logged: later ones move with every cycle (messages carry times and counts, and a
+        reservation coming or going flips thousands of jobs at once), too often to write down each."""
         self._unexplained.discard(name)
-        if self.why.get(name) != status:
-            self.why[name] = status
+        first = name not in self.why
+        self.why[name] = status
+        if first:
             out.append(Change(name, WAITING, now, status.reason.value, status.message))
 
     # ------------------------------------------------------------------ accounting
