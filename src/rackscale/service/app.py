@@ -63,7 +63,7 @@ class Service:
 def tune_process() -> None:
     """Process-wide settings for a service process (called by `rackscale serve`, not by the library).
 
-    Measured with `rackscale bench service --rate 1000` (docs/benchmarks.md):
+    Measured with `rackscale bench service --rate 1000` (docs/benchmarks.md, "Service load and crash"):
     - GIL switch interval 1 ms instead of 5 ms: the store's writer thread gives up the GIL around every
       SQLite call and, with the event loop busy, waited up to 5 ms to get it back each time; batches of a
       few rows took 40-50 ms.
