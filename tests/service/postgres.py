@@ -1,0 +1,89 @@
+"""A real PostgreSQL server for tests: initdb in a temp dir, listening on 127.0.0.1 only, stopped by PID.
+
+PostgreSQL refuses to run as root, so as root the server runs as the `postgres` system user (the Debian
+package creates it). The binaries come from Debian's `postgresql` package (see .ci/run).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+INSTALL_HINT = "install Debian's postgresql package (apt-get install postgresql) and psycopg[binary]"
+
+
+def _bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    if not found:
+        raise AssertionError(f"PostgreSQL's {name} is missing: {INSTALL_HINT}")
+    return found[-1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def postgres_server(root: Path) -> Iterator[str]:
+    """Start PostgreSQL under ``root``; yield a SQLAlchemy URL (psycopg driver) for its `postgres` DB."""
+    data, run = root / "pgdata", root / "pgrun"
+    run.mkdir(parents=True)
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+        shutil.chown(run, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    subprocess.run(
+        [*as_user, _bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+        check=True,
+        capture_output=True,
+    )
+    port = _free_port()
+    log = root / "postgres.log"
+    proc = subprocess.Popen(
+        [
+            *as_user,
+            _bin("postgres"),
+            "-D",
+            str(data),
+            "-p",
+            str(port),
+            "-h",
+            "127.0.0.1",
+            "-k",
+            str(run),
+            "-c",
+            "fsync=off",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(log, "wb"),  # noqa: SIM115 - the server owns it until it stops
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"PostgreSQL did not start: {log.read_text()[-2000:]}") from None
+                time.sleep(0.05)
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        proc.send_signal(signal.SIGINT)  # fast shutdown
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
