@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 console = Console()
@@ -52,5 +53,5 @@ def _cell(v: Any) -> str:
 
 def fail(message: str, *, code: int = 2) -> NoReturn:
     """Print an error a user can act on, and exit."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)  # a message's [..] is text
     raise typer.Exit(code)

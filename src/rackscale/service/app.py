@@ -104,6 +104,32 @@ def make_backend(config: ServiceConfig) -> tuple[Backend, GPUCluster]:
     raise ServiceConfigError(f"unknown backend {config.backend!r} (use sim or local)")
 
 
+def open_store(url: str, *, synchronous: str) -> Store:
+    """The store, or a ServiceConfigError that says what is wrong with it (never a driver traceback)."""
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    shown = url.split("@")[-1] if "@" in url else url  # no password in messages
+    try:
+        return Store(url, synchronous=synchronous)
+    except ModuleNotFoundError as e:
+        raise ServiceConfigError(
+            f"the database driver {e.name!r} for {shown} is not installed (PostgreSQL: pip install "
+            "'rackscale[postgres]')"
+        ) from e
+    except ArgumentError as e:
+        raise ServiceConfigError(f"--db-url is not a database URL SQLAlchemy knows: {e}") from e
+    except SQLAlchemyError as e:
+        reason = str(getattr(e, "orig", e)).strip().splitlines()[0]
+        hint = (
+            "the file is not a rackscale store: point --data-dir elsewhere, or move the file away"
+            if "not a database" in reason
+            else "check that the database server runs and the URL, user and database are right"
+            if not url.startswith("sqlite")
+            else "check the data directory's permissions and free space"
+        )
+        raise ServiceConfigError(f"cannot open the store at {shown}: {reason} (fix: {hint})") from e
+
+
 def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
     """Everything but the HTTP server. Raises ServiceConfigError with a message a user can act on."""
     tokens = TokenTable.load(config.tokens_file) if config.tokens_file is not None else None
@@ -114,9 +140,15 @@ def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
         )
     if config.durability not in ("normal", "full"):
         raise ServiceConfigError(f"--durability must be normal or full (got {config.durability!r})")
-    config.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ServiceConfigError(
+            f"cannot create the data directory {config.data_dir}: {e.strerror} "
+            "(fix: pass --data-dir with a writable path)"
+        ) from e
     url = config.db_url or f"sqlite:///{config.data_dir / 'rackscale.db'}"
-    store = Store(url, synchronous=config.durability.upper())
+    store = open_store(url, synchronous=config.durability.upper())
     backend, cluster = make_backend(config)
     clock = ServiceClock(speed=config.speed, resume_from=store.latest_time())
     live = LiveCluster(cluster, policy=config.policy)
