@@ -50,3 +50,7 @@ _mount_bench()
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":  # python -m rackscale.cli.app
+    main()
