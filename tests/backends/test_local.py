@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.service.conftest import wait_for
 
 from rackscale.backends.base import Exit, RunningJobRecord
 from rackscale.backends.local import (
@@ -39,14 +40,7 @@ TIMEOUT = 15.0
 
 
 def until(pred: Callable[[], object], *, timeout: float = TIMEOUT, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+    return wait_for(pred, timeout=timeout, what=what)
 
 
 def job(name: str, *command: str, env: dict[str, str] | None = None) -> JobSpec:
