@@ -202,3 +202,33 @@ def test_bad_token_files_say_what_to_fix(tmp_path: Path, text: str, needle: str)
     f.write_text(text)
     with pytest.raises(TokenFileError, match=needle):
         TokenTable.load(f)
+
+
+def test_a_stored_spec_that_no_longer_loads_fails_that_job_not_the_service(tmp_path: Path) -> None:
+    cfg = ServiceConfig(data_dir=tmp_path / "data", cluster=small_cluster(), speed=1.0, interval_s=0.01)
+    cfg.data_dir.mkdir(parents=True)
+    store = Store(f"sqlite:///{cfg.data_dir}/rackscale.db")
+    store.insert_job(
+        name="old",
+        queue="default",
+        kind="training",
+        gpus=8,
+        priority=0,
+        doc={"name": "old", "kind": "training", "gpus": 8, "retired": True},
+        submitted=1.0,
+    )
+    store.insert_job(
+        name="ok",
+        queue="default",
+        kind="training",
+        gpus=8,
+        priority=0,
+        doc={"name": "ok", "kind": "training", "gpus": 8},
+        submitted=1.0,
+    )
+    store.close()
+    with serve_in_thread(cfg) as svc:
+        c = svc.client()
+        old = c.get("/v1/jobs/old").json()
+        assert old["status"] == "failed" and old["reason"] == "InvalidSpec" and "retired" in old["message"]
+        wait_for(lambda: c.get("/v1/jobs/ok").json()["status"] == "running", what="the other job runs")

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from rackscale.backends.base import Backend, Exit, RunningJobRecord
+from rackscale.model.spec_errors import SpecError
 from rackscale.model.specs import job_from_dict
 from rackscale.model.workload import JobSpec
 from rackscale.service.clock import ServiceClock
@@ -83,7 +84,11 @@ class Runner:
         broken: list[Change] = []
         counts = {"running": 0, "pending": 0}
         for row in self.store.jobs(status=[RUNNING, PENDING], limit=10**9):
-            spec = spec_of(row)
+            try:
+                spec = spec_of(row)
+            except SpecError as e:  # stored under older rules that no longer accept it: fail it, say why
+                broken.append(Change(row.name, "failed", now, "InvalidSpec", f"the stored spec no longer loads: {e}"))
+                continue
             if row.status == RUNNING and row.placement is not None and row.started is not None:
                 try:
                     self.live.restore(spec, row.placement, started=row.started, now=now)
