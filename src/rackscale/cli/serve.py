@@ -22,7 +22,11 @@ def serve(
         Path, typer.Option("--data-dir", help="Where the SQLite store (and local-backend logs) live.")
     ] = Path("./rackscale-data"),
     backend: Annotated[
-        str, typer.Option(help="sim: the simulated cluster (default); local: run each job's command here.")
+        str,
+        typer.Option(
+            help="sim: the simulated cluster (default); local: run each job's command here; slurm: sbatch each "
+            "placement to a running Slurm (its nodes are imported unless --cluster is given; docs/slurm.md)."
+        ),
     ] = "sim",
     cluster: Annotated[
         Path | None, typer.Option("--cluster", "-c", help="Cluster spec (YAML/JSON). Default: 4 NVL72 racks.")
@@ -43,6 +47,9 @@ def serve(
     policy: Annotated[str, typer.Option(help="Scheduler profile (see `rackscale schedule --help`).")] = "rackscale",
     gpus: Annotated[
         str | None, typer.Option(help="local backend: GPU indexes to use, e.g. 0,1,2,3 (default: NVML discovery).")
+    ] = None,
+    slurm_conf: Annotated[
+        Path | None, typer.Option("--slurm-conf", help="slurm backend: the slurm.conf to use (default: $SLURM_CONF).")
     ] = None,
     stop_grace: Annotated[
         float, typer.Option("--stop-grace", help="local backend: seconds from SIGTERM to SIGKILL on cancel.", min=0)
@@ -66,6 +73,8 @@ def serve(
         fail(f"the service needs extra packages ({e.name} is missing): {SERVICE_EXTRA}")
     cl = resolve_cluster(cluster, racks) if (cluster is not None or racks is not None or backend == "sim") else None
     options: dict[str, object] = {"stop_grace_s": stop_grace}
+    if slurm_conf is not None:
+        options["slurm_conf"] = str(slurm_conf)
     if gpus is not None:
         try:
             options["gpus"] = [int(g) for g in gpus.split(",") if g.strip()]

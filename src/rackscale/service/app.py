@@ -101,7 +101,14 @@ def make_backend(config: ServiceConfig) -> tuple[Backend, GPUCluster]:
             return make_local_backend(config.data_dir, config.cluster, config.backend_options)
         except LocalBackendError as e:
             raise ServiceConfigError(str(e)) from e
-    raise ServiceConfigError(f"unknown backend {config.backend!r} (use sim or local)")
+    if config.backend == "slurm":
+        from rackscale.backends.slurm import SlurmBackendError, make_slurm_backend
+
+        try:
+            return make_slurm_backend(config.data_dir, config.cluster, config.backend_options)
+        except SlurmBackendError as e:
+            raise ServiceConfigError(str(e)) from e
+    raise ServiceConfigError(f"unknown backend {config.backend!r} (use sim, local or slurm)")
 
 
 def open_store(url: str, *, synchronous: str) -> Store:

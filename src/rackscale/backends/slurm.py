@@ -1,0 +1,279 @@
+"""The ``slurm`` backend: each placement becomes one ``sbatch`` pinned to the placement's nodes.
+
+``start`` writes ``<data_dir>/slurm/<job>.sh`` (the job's ``command`` argv, shell-quoted, run with ``exec``;
+without a command ``sleep <durationEstimate or 60>``) and submits it with ``sbatch --parsable
+--job-name=rs-<job> --nodelist=<nodes> --nodes=<n> --gres=gpu:<per node> --ntasks-per-node=<units per node>
+--comment=<this service's tag> --output=<data_dir>/slurm/<job>.out``. Slurm's job id goes to
+``<data_dir>/slurm/<job>.id`` so a restarted service finds it. Before submitting, a live job named
+``rs-<job>`` with this service's tag is looked for (a crash between ``sbatch`` and the id file): it is
+adopted, never submitted twice.
+
+``poll`` asks ``scontrol show job --oneliner`` (one call for every job, at most every ``poll_interval_s``):
+there is no slurmdbd, so ``sacct`` is not used; ended jobs stay visible for ``MinJobAge`` (300 s by default).
+Priority is not passed to Slurm: rackscale orders the queue and submits a job only when its nodes are free,
+pinned with ``--nodelist``, so Slurm's own priority never decides anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+from rackscale.backends.base import Exit, RunningJobRecord
+from rackscale.model.placement import Placement
+from rackscale.model.topology import GPUCluster
+from rackscale.model.workload import JobSpec
+from rackscale.slurm.commands import Slurm, SlurmError, SlurmJob
+
+log = logging.getLogger("rackscale.backends.slurm")
+
+PREFIX = "rs-"
+LOST = "lost: Slurm no longer knows the job and no exit was recorded"
+DEFAULT_SLEEP_S = 60
+
+
+class SlurmBackendError(ValueError):
+    """The slurm backend cannot be set up (no Slurm, bad options, a cluster that does not match Slurm)."""
+
+
+def service_tag(data_dir: Path) -> str:
+    """What ``--comment`` carries: tells this service's jobs from others' on a shared Slurm."""
+    return "rackscale:" + hashlib.sha1(str(data_dir.resolve()).encode()).hexdigest()[:12]
+
+
+def exit_of(job: str, sj: SlurmJob) -> Exit:
+    if sj.state == "COMPLETED" and (sj.exit_code or 0) == 0:
+        return Exit(job, ok=True, exit_code=0)
+    code = sj.exit_code
+    if sj.signal:
+        code = code or 128 + sj.signal
+    reason = f"slurm job {sj.id} {sj.state}" + (f" ({sj.reason})" if sj.reason and sj.reason != "None" else "")
+    if code is not None and sj.state in ("FAILED", "COMPLETED"):
+        reason += f", exit code {code}"
+    return Exit(job, ok=False, exit_code=code, reason=reason)
+
+
+class SlurmBackend:
+    name = "slurm"
+
+    def __init__(
+        self,
+        slurm: Slurm,
+        cluster: GPUCluster,
+        data_dir: Path,
+        *,
+        partition: str | None = None,
+        poll_interval_s: float = 1.0,
+    ) -> None:
+        self.slurm = slurm
+        self.cluster = cluster
+        self.dir = data_dir / "slurm"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.tag = service_tag(data_dir)
+        self.partition = partition
+        self.poll_interval_s = poll_interval_s
+        self._jobs: dict[str, str] = {}  # rackscale job -> Slurm job id
+        self._pending: list[Exit] = []
+        self._reported: list[str] = []
+        self._cancelled: set[str] = set()  # Slurm ids we scancelled (never adopted again)
+        self._last_poll: float | None = None
+
+    # ------------------------------------------------------------------ files
+    def id_path(self, job: str) -> Path:
+        return self.dir / f"{job}.id"
+
+    def out_path(self, job: str) -> Path:
+        return self.dir / f"{job}.out"
+
+    def _read_id(self, job: str) -> str | None:
+        try:
+            text = self.id_path(job).read_text().strip()
+        except OSError:
+            return None
+        return text if text.isdigit() else None
+
+    def _write_id(self, job: str, job_id: str) -> None:
+        tmp = self.dir / f".{job}.id.tmp"
+        tmp.write_text(job_id + "\n")
+        os.replace(tmp, self.id_path(job))
+
+    def _forget(self, job: str) -> None:
+        self._jobs.pop(job, None)
+        with contextlib.suppress(FileNotFoundError):
+            self.id_path(job).unlink()
+
+    # ------------------------------------------------------------------ submission
+    def sbatch_args(self, spec: JobSpec, placement: Placement) -> list[str]:
+        names = [self.cluster.nodes[a.node].name for a in placement.allocs]
+        per_node = [len(a.gpus) for a in placement.allocs]
+        args = [
+            f"--job-name={PREFIX}{spec.name}",
+            f"--nodelist={','.join(names)}",
+            f"--nodes={len(names)}",
+            f"--comment={self.tag}",
+            f"--output={self.out_path(spec.name)}",
+            f"--chdir={self.dir}",
+        ]
+        if any(per_node):
+            if len(set(per_node)) == 1:
+                args.append(f"--gres=gpu:{per_node[0]}")
+            else:  # uneven slices: Slurm's per-node gres cannot say it; ask for the total on these nodes
+                args.append(f"--gpus={sum(per_node)}")
+        units = max(1, placement.units)
+        if units % len(names) == 0:
+            args.append(f"--ntasks-per-node={units // len(names)}")
+        else:
+            args.append(f"--ntasks={max(units, len(names))}")
+        if self.partition:
+            args.append(f"--partition={self.partition}")
+        script = self.dir / f"{spec.name}.sh"
+        argv = list(spec.command) or ["sleep", str(int(spec.duration_estimate_s or DEFAULT_SLEEP_S))]
+        lines = ["#!/bin/sh", *(f"export {k}={shlex.quote(v)}" for k, v in spec.env), f"exec {shlex.join(argv)}"]
+        script.write_text("\n".join(lines) + "\n")
+        return [*args, str(script)]
+
+    def _live_by_name(self, job: str, jobs: Mapping[str, SlurmJob]) -> list[SlurmJob]:
+        return sorted(
+            (
+                j
+                for j in jobs.values()
+                if j.name == PREFIX + job and j.comment == self.tag and j.id not in self._cancelled
+            ),
+            key=lambda j: int(j.id),
+        )
+
+    def start(self, spec: JobSpec, placement: Placement, *, now: float) -> None:
+        job = spec.name
+        try:
+            jobs = self.slurm.jobs()
+            live = [j for j in self._live_by_name(job, jobs) if not j.terminal]
+            if live:  # submitted before a crash: adopt it, never submit twice
+                log.warning("job %s already in Slurm as %s: adopting it", job, live[-1].id)
+                self._jobs[job] = live[-1].id
+                self._write_id(job, live[-1].id)
+                return
+            job_id = self.slurm.sbatch(self.sbatch_args(spec, placement))
+        except (SlurmError, OSError) as e:
+            self._pending.append(Exit(job, ok=False, reason=f"sbatch failed: {e}"))
+            return
+        self._jobs[job] = job_id
+        self._write_id(job, job_id)
+
+    def stop(self, job: str, *, now: float) -> None:
+        self._pending = [e for e in self._pending if e.job != job]
+        job_id = self._jobs.get(job) or self._read_id(job)
+        if job_id is not None:
+            self._cancelled.add(job_id)
+            try:
+                self.slurm.scancel([job_id])
+            except SlurmError as e:
+                log.warning("scancel %s (%s) failed: %s", job_id, job, e)
+        self._forget(job)
+
+    # ------------------------------------------------------------------ tracking
+    def poll(self, now: float) -> list[Exit]:
+        for job in self._reported:  # committed by the runner: the id files can go
+            if job not in self._jobs:
+                self._forget(job)
+        self._reported = []
+        out, self._pending = self._pending, []
+        due = self._last_poll is None or now - self._last_poll >= self.poll_interval_s or now < self._last_poll
+        if not self._jobs or not due:
+            return out
+        self._last_poll = now
+        try:
+            jobs = self.slurm.jobs()
+        except SlurmError as e:
+            log.warning("cannot read Slurm's jobs: %s", e)
+            return out
+        for job, job_id in list(self._jobs.items()):
+            sj = jobs.get(job_id)
+            if sj is None:
+                out.append(Exit(job, ok=False, reason=f"{LOST} (slurm job {job_id})"))
+            elif sj.terminal:
+                out.append(exit_of(job, sj))
+            else:
+                continue
+            del self._jobs[job]
+            self._reported.append(job)
+        return out
+
+    def adopt(self, running: Mapping[str, RunningJobRecord], now: float) -> list[Exit]:
+        try:
+            jobs = self.slurm.jobs()
+        except SlurmError as e:
+            raise SlurmBackendError(f"cannot read Slurm's jobs to adopt them: {e}") from e
+        exits: list[Exit] = []
+        for job, rec in running.items():
+            job_id = self._read_id(job)
+            sj = jobs.get(job_id) if job_id is not None else None
+            if sj is None:
+                named = self._live_by_name(job, jobs)
+                sj = named[-1] if named else None
+            if sj is None and job_id is None:  # committed but never submitted: start it now
+                self.start(rec.spec, rec.placement, now=now)
+                continue
+            if sj is None:
+                exits.append(Exit(job, ok=False, reason=f"{LOST} (slurm job {job_id})"))
+                self._reported.append(job)
+            elif sj.terminal:
+                exits.append(exit_of(job, sj))
+                self._reported.append(job)
+            else:
+                self._jobs[job] = sj.id
+                self._write_id(job, sj.id)
+        strays = [
+            j.id for j in jobs.values() if j.comment == self.tag and not j.terminal and j.id not in self._jobs.values()
+        ]
+        if strays:
+            log.warning("cancelling Slurm jobs %s: this service does not know them as running", strays)
+            self._cancelled.update(strays)
+            self.slurm.scancel(strays)
+        return exits
+
+    def close(self) -> None:
+        self._jobs.clear()
+        self._pending.clear()
+
+
+def make_slurm_backend(
+    data_dir: Path, cluster: GPUCluster | None, options: Mapping[str, object]
+) -> tuple[SlurmBackend, GPUCluster]:
+    """The service's factory. Options: ``slurm_conf`` (path, else $SLURM_CONF / Slurm's default),
+    ``partition``, ``poll_interval_s`` (default 1), ``gpu_model`` (for the imported cluster)."""
+    from rackscale.slurm.importer import import_cluster
+
+    conf = options.get("slurm_conf")
+    partition = options.get("partition")
+    interval = options.get("poll_interval_s", 1.0)
+    model = options.get("gpu_model")
+    if conf is not None and not isinstance(conf, str | os.PathLike):
+        raise SlurmBackendError(f"slurm_conf must be a path (got {conf!r})")
+    if conf is not None and not Path(conf).is_file():
+        raise SlurmBackendError(f"--slurm-conf {conf}: no such file")
+    if partition is not None and not isinstance(partition, str):
+        raise SlurmBackendError(f"partition must be a string (got {partition!r})")
+    if not isinstance(interval, int | float) or isinstance(interval, bool) or interval < 0:
+        raise SlurmBackendError(f"poll_interval_s must be a number >= 0 (got {interval!r})")
+    slurm = Slurm(Path(conf) if conf is not None else None)
+    try:
+        live = import_cluster(slurm, gpu_model=model if isinstance(model, str) else None)
+    except (SlurmError, ValueError) as e:
+        raise SlurmBackendError(f"cannot read the Slurm cluster: {e}") from e
+    if cluster is not None:
+        known = {n.name for n in live.nodes}
+        missing = [n.name for n in cluster.nodes if n.name not in known]
+        if missing:
+            raise SlurmBackendError(
+                f"the cluster given names {len(missing)} node(s) Slurm does not know (e.g. {missing[0]!r}); "
+                "leave out --cluster to import Slurm's nodes"
+            )
+    else:
+        cluster = live
+    backend = SlurmBackend(slurm, cluster, data_dir, partition=partition, poll_interval_s=float(interval))
+    return backend, cluster

@@ -1,0 +1,165 @@
+"""The Slurm command-line tools, run as argv lists (never a shell), and parsers for their output."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+INSTALL_HINT = "install Slurm's client tools (Debian/Ubuntu: apt-get install slurm-wlm)"
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
+)
+_KEY = re.compile(r" (?=[A-Za-z][\w:/.]*=)")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or is missing; the message says which and why."""
+
+
+def parse_oneliner(line: str) -> dict[str, str]:
+    """``Key=Value Key2=Value two`` (scontrol --oneliner) -> dict. A value may hold spaces and ``=``: a field
+    ends where the next ``Key=`` starts."""
+    out: dict[str, str] = {}
+    for field in _KEY.split(line.strip()):
+        key, sep, value = field.partition("=")
+        if sep:
+            out[key] = value.strip()
+    return out
+
+
+def parse_records(text: str) -> list[dict[str, str]]:
+    return [parse_oneliner(line) for line in text.splitlines() if "=" in line]
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    id: str
+    name: str
+    state: str  # JobState, e.g. RUNNING, PENDING, COMPLETED (no "+" suffix)
+    reason: str
+    exit_code: int | None  # the first half of ExitCode=N:S
+    signal: int | None
+    nodes: tuple[str, ...]
+    comment: str
+    submit: str
+    start: str
+    end: str
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+def job_from_record(rec: Mapping[str, str]) -> SlurmJob:
+    from rackscale.slurm.hostlist import expand
+
+    code: int | None = None
+    sig: int | None = None
+    ec = rec.get("ExitCode", "")
+    if ":" in ec:
+        a, _, b = ec.partition(":")
+        code = int(a) if a.isdigit() else None
+        sig = int(b) if b.isdigit() else None
+    nodelist = rec.get("NodeList", "")
+    return SlurmJob(
+        id=rec.get("JobId", ""),
+        name=rec.get("JobName", ""),
+        state=rec.get("JobState", "").split("+")[0],
+        reason=rec.get("Reason", ""),
+        exit_code=code,
+        signal=sig,
+        nodes=tuple(expand(nodelist)) if nodelist and nodelist != "(null)" else (),
+        comment=rec.get("Comment", "(null)"),
+        submit=rec.get("SubmitTime", ""),
+        start=rec.get("StartTime", ""),
+        end=rec.get("EndTime", ""),
+    )
+
+
+class Slurm:
+    """Runs Slurm's tools against one cluster (``SLURM_CONF``: ``conf``, else the default)."""
+
+    def __init__(self, conf: Path | str | None = None, *, timeout_s: float = 15.0) -> None:
+        self.conf = Path(conf) if conf is not None else None
+        self.timeout_s = timeout_s
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.conf is not None:
+            env["SLURM_CONF"] = str(self.conf)
+        return env
+
+    def run(self, argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        if shutil.which(argv[0]) is None:
+            raise SlurmError(f"{argv[0]} not found: {INSTALL_HINT}")
+        try:
+            proc = subprocess.run(
+                list(argv),
+                capture_output=True,
+                text=True,
+                env=self.env(),
+                timeout=self.timeout_s,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise SlurmError(f"{' '.join(argv[:3])} timed out after {self.timeout_s:g}s") from e
+        if check and proc.returncode != 0:
+            msg = (proc.stderr or proc.stdout).strip().splitlines()
+            raise SlurmError(f"{' '.join(argv[:3])} failed (exit {proc.returncode}): {msg[-1] if msg else ''}")
+        return proc
+
+    # ------------------------------------------------------------------ queries
+    def nodes(self) -> list[dict[str, str]]:
+        return parse_records(self.run(["scontrol", "show", "nodes", "--oneliner"]).stdout)
+
+    def topology(self) -> list[dict[str, str]]:
+        proc = self.run(["scontrol", "show", "topology"], check=False)
+        if proc.returncode != 0:
+            return []  # no topology plugin configured
+        return parse_records(proc.stdout)
+
+    def jobs(self) -> dict[str, SlurmJob]:
+        """Every job the controller knows (ended ones stay for MinJobAge), by job id."""
+        text = self.run(["scontrol", "show", "job", "--oneliner"]).stdout
+        return {j.id: j for j in (job_from_record(r) for r in parse_records(text)) if j.id}
+
+    def job(self, job_id: str) -> SlurmJob | None:
+        proc = self.run(["scontrol", "show", "job", job_id, "--oneliner"], check=False)
+        recs = parse_records(proc.stdout) if proc.returncode == 0 else []
+        return job_from_record(recs[0]) if recs else None
+
+    def queue_by_name(self, name: str) -> list[tuple[str, str]]:
+        """(job id, state) of the queued or running jobs called ``name`` (``squeue --name``)."""
+        out = self.run(["squeue", "-h", "--name", name, "-o", "%i %T"]).stdout
+        return [(a, b) for a, _, b in (line.strip().partition(" ") for line in out.splitlines()) if a]
+
+    # ------------------------------------------------------------------ actions
+    def sbatch(self, args: Sequence[str]) -> str:
+        """Submit; the job id (``--parsable`` prints ``id[;cluster]``)."""
+        out = self.run(["sbatch", "--parsable", *args]).stdout.strip()
+        job_id = out.split(";")[0].strip()
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch printed {out!r}, not a job id")
+        return job_id
+
+    def scancel(self, ids: Sequence[str]) -> None:
+        if ids:
+            self.run(["scancel", *ids], check=False)
