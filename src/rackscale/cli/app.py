@@ -8,10 +8,12 @@ from rackscale.cli.cancel import cancel
 from rackscale.cli.compare_arch import compare_arch
 from rackscale.cli.describe import describe
 from rackscale.cli.get import get
+from rackscale.cli.kube import kube_scheduler  # light: imports the kubernetes client when it runs
 from rackscale.cli.pack import pack
 from rackscale.cli.schedule import schedule
 from rackscale.cli.serve import serve
 from rackscale.cli.simulate import simulate
+from rackscale.cli.slurm import app as slurm_app  # light: each command imports its parts when it runs
 from rackscale.cli.submit import submit
 from rackscale.cli.top import top
 from rackscale.cli.validate import validate
@@ -37,6 +39,7 @@ app.command()(get)
 app.command()(describe)
 app.command()(cancel)
 app.command()(top)
+app.command(name="kube-scheduler")(kube_scheduler)
 
 
 def _mount_bench() -> None:
@@ -46,6 +49,7 @@ def _mount_bench() -> None:
 
 
 _mount_bench()
+app.add_typer(slurm_app, name="slurm", help="Slurm: topology.conf, import a cluster, compare placement.")
 
 
 def main() -> None:

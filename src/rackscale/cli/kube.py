@@ -1,0 +1,174 @@
+"""``rackscale kube-scheduler``: rackscale as a Kubernetes secondary scheduler (needs the ``kube`` extra)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from rackscale.cli.output import fail
+
+KUBE_EXTRA = "pip install 'rackscale[kube]'"
+
+
+def kube_scheduler(
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="kubeconfig file (default: in-cluster, else ~/.kube/config).")
+    ] = None,
+    context: Annotated[str | None, typer.Option(help="kubeconfig context to use.")] = None,
+    scheduler_name: Annotated[
+        str, typer.Option("--scheduler-name", help="Schedule the pods whose spec.schedulerName is this.")
+    ] = "rackscale",
+    rack_label: Annotated[str, typer.Option(help="Node label naming the NVLink domain (rack).")] = (
+        "nvidia.com/gpu.clique"
+    ),
+    region_label: Annotated[str, typer.Option(help="Node label naming the region.")] = "topology.kubernetes.io/region",
+    gpu_resource: Annotated[str, typer.Option(help="Extended resource counting GPUs.")] = "nvidia.com/gpu",
+    policy: Annotated[str, typer.Option(help="Scheduler profile (see `rackscale schedule --help`).")] = "rackscale",
+    leader_elect: Annotated[bool, typer.Option(help="Elect a leader through a Lease (run several replicas).")] = True,
+    lease_name: Annotated[str | None, typer.Option(help="Lease name (default: the scheduler name).")] = None,
+    lease_namespace: Annotated[str, typer.Option(help="Namespace of the Lease.")] = "kube-system",
+    identity: Annotated[str | None, typer.Option(help="This replica's identity in the Lease (default: host).")] = None,
+    lease_duration: Annotated[float, typer.Option(help="Seconds a Lease holds without renewal.", min=1)] = 15.0,
+    renew_interval: Annotated[float, typer.Option(help="Seconds between Lease renewals.", min=0.1)] = 2.0,
+    config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Settings file (YAML: schedulerName, labels, gpuResource, leaderElection); "
+            "its values replace the flags' defaults (deploy/kubernetes/scheduler-config.yaml).",
+        ),
+    ] = None,
+    health_port: Annotated[
+        int, typer.Option(help="Serve /healthz and /readyz on this port (0: off).", min=0, max=65535)
+    ] = 0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every bind and cycle.")] = False,
+) -> None:
+    """Schedule pods with spec.schedulerName=rackscale onto the NVLink domains their nodes' labels describe.
+
+    Pods annotated rackscale.io/pod-group=NAME and rackscale.io/min-member=N are placed as one gang, all or
+    nothing, in as few racks as possible. See docs/kubernetes.md.
+
+    Examples:
+
+      rackscale kube-scheduler --kubeconfig ~/.kube/config --scheduler-name rackscale
+      rackscale kube-scheduler --rack-label example.com/nvlink-domain --no-leader-elect
+    """
+    try:
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+
+        from rackscale.kube.cluster import LabelKeys
+        from rackscale.kube.scheduler import KubeScheduler, KubeSchedulerConfig
+    except ImportError as e:
+        fail(f"the Kubernetes scheduler needs the kubernetes client ({e}); install it with: {KUBE_EXTRA}")
+    if config_file is not None:
+        try:
+            settings = load_settings(config_file)
+        except ValueError as e:
+            fail(str(e))
+        scheduler_name = settings.get("scheduler_name", scheduler_name)
+        rack_label = settings.get("rack_label", rack_label)
+        region_label = settings.get("region_label", region_label)
+        gpu_resource = settings.get("gpu_resource", gpu_resource)
+        lease_name = settings.get("lease_name", lease_name)
+        lease_namespace = settings.get("lease_namespace", lease_namespace)
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    cfg = client.Configuration()
+    try:
+        if kubeconfig is not None:
+            config.load_kube_config(config_file=str(kubeconfig), context=context, client_configuration=cfg)  # type: ignore[no-untyped-call]
+        else:
+            try:
+                config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            except ConfigException:
+                config.load_kube_config(context=context, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    except (ConfigException, OSError) as e:
+        fail(f"cannot load the Kubernetes configuration: {e}")
+    sched = KubeScheduler(
+        client.ApiClient(cfg),
+        KubeSchedulerConfig(
+            scheduler_name=scheduler_name,
+            labels=LabelKeys(rack=rack_label, region=region_label, gpu_resource=gpu_resource),
+            policy=policy,
+            leader_elect=leader_elect,
+            lease_name=lease_name or "",
+            lease_namespace=lease_namespace,
+            identity=identity or "",
+            lease_duration_s=lease_duration,
+            renew_interval_s=renew_interval,
+        ),
+    )
+
+    def _stop(signum: int, frame: Any) -> None:
+        sched.stopping.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    sched.start()
+    if health_port:
+        serve_health(sched, health_port)
+    sched.stopping.wait()
+    sched.stop(release=True)
+
+
+def load_settings(path: Path) -> dict[str, str]:
+    """The settings file's values, by option name. Raises ValueError naming the file and the bad key."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"{path}: cannot read the settings ({e})") from e
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a mapping (schedulerName, labels, gpuResource, leaderElection)")
+    known = {"schedulerName", "labels", "annotations", "gpuResource", "leaderElection"}
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    out: dict[str, str] = {}
+    pairs = [
+        ("scheduler_name", doc.get("schedulerName")),
+        ("rack_label", (doc.get("labels") or {}).get("rack")),
+        ("region_label", (doc.get("labels") or {}).get("region")),
+        ("gpu_resource", doc.get("gpuResource")),
+        ("lease_name", (doc.get("leaderElection") or {}).get("leaseName")),
+        ("lease_namespace", (doc.get("leaderElection") or {}).get("leaseNamespace")),
+    ]
+    for key, value in pairs:
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{path}: {key} must be a non-empty string (got {value!r})")
+            out[key] = value
+    return out
+
+
+def serve_health(sched: Any, port: int) -> Any:
+    """/healthz: 200 while the scheduler runs; /readyz: 200 once its node and pod caches are synced."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/healthz":
+                ok = not sched.stopping.is_set()
+            elif self.path == "/readyz":
+                ok = not sched.stopping.is_set() and all(sched.synced.values())
+            else:
+                self.send_error(404)
+                return
+            body = b"ok\n" if ok else b"not ready\n"
+            self.send_response(200 if ok else 503)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("0.0.0.0", port), Health)
+    threading.Thread(target=server.serve_forever, name="rackscale-health", daemon=True).start()
+    return server

@@ -1,0 +1,1 @@
+"""The Kubernetes secondary scheduler (needs the ``kube`` extra: ``pip install rackscale[kube]``)."""

@@ -1,0 +1,488 @@
+"""An in-process fake of the few Kubernetes API server endpoints the rackscale secondary scheduler uses.
+
+It speaks HTTP/JSON on 127.0.0.1 so the *real* ``kubernetes`` Python client can talk to it, and keeps
+nodes, pods, events and leases in memory under one global resourceVersion counter, as etcd would.
+
+What it implements (and how far):
+
+- ``GET`` lists of nodes, pods (all namespaces or one), events and leases, with ``metadata.resourceVersion``.
+- ``GET ?watch=1``: a chunked stream of JSON lines (ADDED / MODIFIED / DELETED). With a ``resourceVersion``
+  it replays the changes after it; without one (or ``0``) it starts with a synthetic ADDED per object.
+  ``allowWatchBookmarks=true`` adds a BOOKMARK every :attr:`FakeAPIServer.bookmark_interval` seconds.
+  ``timeoutSeconds`` ends the stream. A resourceVersion older than the compaction point
+  (:meth:`FakeAPIServer.compact`) gets one ERROR event with a 410 ``Expired`` Status, as the real server sends.
+- ``POST .../pods/{name}/binding`` and ``POST .../bindings``: sets ``spec.nodeName`` and the
+  ``PodScheduled=True`` condition, answers 201 with a ``v1.Status`` (not a Binding: that is what the real
+  server does, and what trips the Python client's deserialiser). A pod already bound gets 409.
+- ``PATCH .../pods/{name}/status``: strategic merge patch (``status.conditions`` merged by ``type``, other
+  fields merged as maps) and JSON merge patch (RFC 7386). JSON Patch is answered 415.
+- ``POST`` nodes, pods, events; ``DELETE`` pods. ``GET``/``POST``/``PUT``/``DELETE`` leases
+  (coordination.k8s.io/v1), with optimistic concurrency: a ``PUT`` whose ``metadata.resourceVersion`` is not
+  the stored one gets 409 Conflict; a ``POST`` of an existing name gets 409 AlreadyExists.
+
+What it does NOT implement: authentication and authorisation, admission (no defaulting, no validation of
+object schemas beyond what is read here), label and field selectors, pagination (``limit``/``continue``),
+server-side apply, JSON Patch, protobuf, ``resourceVersionMatch``, watch-list (``sendInitialEvents``),
+generation / observedGeneration, finalisers and graceful deletion (a DELETE removes at once), kubelets
+(pods never run: their phase stays whatever the test sets), the node lifecycle controller, and any API
+group not listed above (404).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+Obj = dict[str, Any]
+
+KINDS = {"nodes": "Node", "pods": "Pod", "events": "Event", "leases": "Lease"}
+API_VERSION = {"nodes": "v1", "pods": "v1", "events": "v1", "leases": "coordination.k8s.io/v1"}
+NAMESPACED = {"nodes": False, "pods": True, "events": True, "leases": True}
+
+
+def status(code: int, reason: str, message: str, st: str = "Failure") -> Obj:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": st,
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+@dataclass
+class Change:
+    rv: int
+    kind: str
+    type: str
+    obj: Obj
+
+
+@dataclass
+class Store:
+    objects: dict[str, dict[str, Obj]] = field(default_factory=lambda: {k: {} for k in KINDS})
+    history: list[Change] = field(default_factory=list)
+    rv: int = 100
+    compacted: int = 0
+
+
+class HTTPError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+class FakeAPIServer:
+    """Start with :meth:`start`; ``host`` is the URL to give ``kubernetes.client.Configuration``."""
+
+    def __init__(self) -> None:
+        self.store = Store()
+        self.cond = threading.Condition()
+        self.bookmark_interval = 0.2
+        self.binds: list[tuple[str, str]] = []  # (namespace/pod, node) for every accepted bind
+        self.bind_conflicts = 0
+        self.requests: list[tuple[str, str]] = []  # (method, path)
+        self._expire_watches = 0  # bumped by compact(expire_watches=True): open watches end with a 410
+        self._closing = False
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> FakeAPIServer:
+        server = self
+
+        class Handler(_Handler):
+            fake = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-apiserver", daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def host(self) -> str:
+        assert self._httpd is not None
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def stop(self) -> None:
+        with self.cond:
+            self._closing = True
+            self.cond.notify_all()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    # ------------------------------------------------------------------ test controls
+    def compact(self, *, expire_watches: bool = False) -> int:
+        """Forget the history up to now: watches from an older resourceVersion get 410 Gone.
+        ``expire_watches`` also ends the open watches with a 410 ERROR event."""
+        with self.cond:
+            self.store.compacted = self.store.rv
+            self.store.history = []
+            if expire_watches:
+                self._expire_watches += 1
+            self.cond.notify_all()
+            return self.store.rv
+
+    @property
+    def resource_version(self) -> int:
+        with self.cond:
+            return self.store.rv
+
+    def get(self, kind: str, key: str) -> Obj | None:
+        with self.cond:
+            o = self.store.objects[kind].get(key)
+            return copy.deepcopy(o) if o is not None else None
+
+    def items(self, kind: str) -> list[Obj]:
+        with self.cond:
+            return [copy.deepcopy(o) for o in self.store.objects[kind].values()]
+
+    def put(self, kind: str, obj: Obj) -> Obj:
+        """Create or replace an object (no checks): the tests' back door, as a controller would write."""
+        with self.cond:
+            return self._write(kind, obj, create_ok=True)
+
+    def delete(self, kind: str, key: str) -> None:
+        with self.cond:
+            self._delete(kind, key)
+
+    def bump(self) -> int:
+        """Advance the global resourceVersion with a write to an object nobody watches (an Event)."""
+        self.put("events", {"metadata": {"name": f"bump-{uuid.uuid4().hex[:8]}", "namespace": "default"}})
+        return self.resource_version
+
+    # ------------------------------------------------------------------ internals (hold self.cond)
+    @staticmethod
+    def key_of(kind: str, obj: Obj) -> str:
+        md = obj["metadata"]
+        return f"{md.get('namespace', 'default')}/{md['name']}" if NAMESPACED[kind] else str(md["name"])
+
+    def _write(self, kind: str, obj: Obj, *, create_ok: bool) -> Obj:
+        obj = copy.deepcopy(obj)
+        md = obj.setdefault("metadata", {})
+        if NAMESPACED[kind]:
+            md.setdefault("namespace", "default")
+        key = self.key_of(kind, obj)
+        old = self.store.objects[kind].get(key)
+        if old is None and not create_ok:
+            raise HTTPError(404, "NotFound", f'{kind} "{md["name"]}" not found')
+        obj.setdefault("kind", KINDS[kind])
+        obj.setdefault("apiVersion", API_VERSION[kind])
+        md["uid"] = old["metadata"]["uid"] if old is not None else md.get("uid") or str(uuid.uuid4())
+        md.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        self.store.rv += 1
+        md["resourceVersion"] = str(self.store.rv)
+        self.store.objects[kind][key] = obj
+        self.store.history.append(
+            Change(self.store.rv, kind, "ADDED" if old is None else "MODIFIED", copy.deepcopy(obj))
+        )
+        self.cond.notify_all()
+        return copy.deepcopy(obj)
+
+    def _delete(self, kind: str, key: str) -> Obj:
+        old = self.store.objects[kind].pop(key, None)
+        if old is None:
+            raise HTTPError(404, "NotFound", f'{kind} "{key}" not found')
+        self.store.rv += 1
+        old["metadata"]["resourceVersion"] = str(self.store.rv)
+        self.store.history.append(Change(self.store.rv, kind, "DELETED", copy.deepcopy(old)))
+        self.cond.notify_all()
+        return old
+
+    def _bind(self, ns: str, name: str, body: Obj) -> Obj:
+        key = f"{ns}/{name}"
+        pod = self.store.objects["pods"].get(key)
+        if pod is None:
+            raise HTTPError(404, "NotFound", f'pods "{name}" not found')
+        target = (body.get("target") or {}).get("name")
+        if not target:
+            raise HTTPError(422, "Invalid", "Binding.target.name: Required value")
+        if pod.get("spec", {}).get("nodeName"):
+            self.bind_conflicts += 1
+            raise HTTPError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} '
+                f'is already assigned to node "{pod["spec"]["nodeName"]}"',
+            )
+        pod = copy.deepcopy(pod)
+        pod.setdefault("spec", {})["nodeName"] = target
+        conds = [c for c in pod.setdefault("status", {}).get("conditions", []) if c.get("type") != "PodScheduled"]
+        conds.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()})
+        pod["status"]["conditions"] = conds
+        self._write("pods", pod, create_ok=False)
+        self.binds.append((key, target))
+        return status(201, "", "", st="Success")
+
+    def _patch_status(self, ns: str, name: str, body: Obj, content_type: str) -> Obj:
+        key = f"{ns}/{name}"
+        pod = self.store.objects["pods"].get(key)
+        if pod is None:
+            raise HTTPError(404, "NotFound", f'pods "{name}" not found')
+        pod = copy.deepcopy(pod)
+        if "strategic-merge-patch" in content_type:
+            patch = copy.deepcopy(body.get("status", {}))
+            conds = patch.pop("conditions", None)
+            pod["status"] = _merge(pod.get("status", {}), patch)
+            if conds is not None:
+                have = pod["status"].setdefault("conditions", [])
+                for c in conds:
+                    for i, h in enumerate(have):
+                        if h.get("type") == c.get("type"):
+                            have[i] = _merge(h, c)
+                            break
+                    else:
+                        have.append(c)
+        elif "merge-patch" in content_type:
+            pod["status"] = _merge(pod.get("status", {}), body.get("status", {}))
+        else:
+            raise HTTPError(415, "UnsupportedMediaType", f"the fake does not implement {content_type}")
+        return self._write("pods", pod, create_ok=False)
+
+    def _lease_put(self, ns: str, name: str, body: Obj) -> Obj:
+        key = f"{ns}/{name}"
+        old = self.store.objects["leases"].get(key)
+        if old is None:
+            raise HTTPError(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found')
+        want = (body.get("metadata") or {}).get("resourceVersion")
+        if want != old["metadata"]["resourceVersion"]:
+            raise HTTPError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on leases.coordination.k8s.io "{name}": '
+                "the object has been modified; please apply your changes to the latest version and try again",
+            )
+        body = copy.deepcopy(body)
+        body.setdefault("metadata", {}).update(name=name, namespace=ns)
+        return self._write("leases", body, create_ok=False)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _merge(base: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(base) if isinstance(base, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = _merge(out.get(k), v)
+    return out
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeAPIServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    # ------------------------------------------------------------------ plumbing
+    def _send(self, code: int, body: Obj) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> Obj:
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b"{}"
+        return json.loads(raw or b"{}")  # type: ignore[no-any-return]
+
+    def _route(self) -> tuple[str, str | None, str | None, str | None, dict[str, list[str]]]:
+        """(resource, namespace, name, subresource, query) of the request path."""
+        u = urlparse(self.path)
+        q = parse_qs(u.query)
+        parts = [p for p in u.path.split("/") if p]
+        if parts[:2] == ["api", "v1"]:
+            rest = parts[2:]
+        elif parts[:3] == ["apis", "coordination.k8s.io", "v1"]:
+            rest = parts[3:]
+        else:
+            raise HTTPError(404, "NotFound", f"the fake serves no {u.path}")
+        ns = None
+        if rest[:1] == ["namespaces"] and len(rest) >= 3:
+            ns, rest = rest[1], rest[2:]
+        if not rest:
+            raise HTTPError(404, "NotFound", f"the fake serves no {u.path}")
+        resource, name, sub = rest[0], rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None
+        if resource not in KINDS and resource != "bindings":
+            raise HTTPError(404, "NotFound", f"the fake serves no {resource}")
+        return resource, ns, name, sub, q
+
+    def _handle(self, method: str) -> None:
+        self.fake.requests.append((method, self.path))
+        try:
+            resource, ns, name, sub, q = self._route()
+            fake = self.fake
+            if method == "GET" and name is None:
+                if q.get("watch", ["0"])[0] in ("1", "true"):
+                    self._watch(resource, ns, q)
+                    return
+                with fake.cond:
+                    items = [
+                        copy.deepcopy(o)
+                        for o in fake.store.objects[resource].values()
+                        if ns is None or o["metadata"].get("namespace") == ns
+                    ]
+                    rv = fake.store.rv
+                self._send(
+                    200,
+                    {
+                        "kind": KINDS[resource] + "List",
+                        "apiVersion": API_VERSION[resource],
+                        "metadata": {"resourceVersion": str(rv)},
+                        "items": items,
+                    },
+                )
+                return
+            key = f"{ns}/{name}" if NAMESPACED.get(resource) else str(name)
+            with fake.cond:
+                if method == "GET":
+                    o = fake.store.objects[resource].get(key)
+                    if o is None:
+                        raise HTTPError(404, "NotFound", f'{resource} "{name}" not found')
+                    self._send(200, copy.deepcopy(o))
+                elif method == "POST" and (sub == "binding" or resource == "bindings"):
+                    body = self._body()
+                    pod = name if sub == "binding" else (body.get("metadata") or {}).get("name")
+                    self._send(201, fake._bind(ns or "default", str(pod), body))
+                elif method == "POST" and name is None:
+                    body = self._body()
+                    md = body.setdefault("metadata", {})
+                    if NAMESPACED[resource]:
+                        md["namespace"] = ns or md.get("namespace") or "default"
+                    if fake.key_of(resource, body) in fake.store.objects[resource]:
+                        raise HTTPError(409, "AlreadyExists", f'{resource} "{md.get("name")}" already exists')
+                    self._send(201, fake._write(resource, body, create_ok=True))
+                elif method == "PATCH" and resource == "pods" and sub == "status":
+                    ct = self.headers.get("Content-Type", "")
+                    self._send(200, fake._patch_status(str(ns), str(name), self._body(), ct))
+                elif method == "PUT" and resource == "leases" and sub is None:
+                    self._send(200, fake._lease_put(str(ns), str(name), self._body()))
+                elif method == "DELETE" and resource in ("pods", "leases") and sub is None:
+                    self._send(200, fake._delete(resource, key))
+                else:
+                    raise HTTPError(405, "MethodNotAllowed", f"the fake does not implement {method} {self.path}")
+        except HTTPError as e:
+            self._send(e.code, status(e.code, e.reason, e.message))
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    # ------------------------------------------------------------------ watch
+    def _chunk(self, obj: Obj) -> None:
+        data = (json.dumps(obj) + "\n").encode()
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _watch(self, resource: str, ns: str | None, q: dict[str, list[str]]) -> None:
+        fake = self.fake
+        timeout = float(q.get("timeoutSeconds", ["30"])[0])
+        bookmarks = q.get("allowWatchBookmarks", ["false"])[0] == "true"
+        since = q.get("resourceVersion", [""])[0]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def mine(c: Change) -> bool:
+            return c.kind == resource and (ns is None or c.obj["metadata"].get("namespace") == ns)
+
+        deadline = time.monotonic() + timeout
+        next_bookmark = time.monotonic() + fake.bookmark_interval
+        try:
+            with fake.cond:
+                expired_gen = fake._expire_watches
+                if since in ("", "0"):
+                    pos = fake.store.rv
+                    initial = [
+                        copy.deepcopy(o)
+                        for o in fake.store.objects[resource].values()
+                        if ns is None or o["metadata"].get("namespace") == ns
+                    ]
+                elif int(since) < fake.store.compacted:
+                    initial = None
+                    pos = -1
+                else:
+                    pos, initial = int(since), []
+            if initial is None:
+                self._gone(since)
+                return
+            for o in initial:
+                self._chunk({"type": "ADDED", "object": o})
+            while True:
+                with fake.cond:
+                    batch = [c for c in fake.store.history if c.rv > pos and mine(c)]
+                    if not batch:
+                        now = time.monotonic()
+                        wait = min(deadline, next_bookmark if bookmarks else deadline) - now
+                        if wait > 0 and not fake._closing and fake._expire_watches == expired_gen:
+                            fake.cond.wait(wait)
+                        batch = [c for c in fake.store.history if c.rv > pos and mine(c)]
+                    gone = fake._expire_watches != expired_gen
+                    closing = fake._closing
+                    current = fake.store.rv
+                if gone:
+                    self._gone(str(pos))
+                    return
+                for c in batch:
+                    self._chunk({"type": c.type, "object": c.obj})
+                    pos = c.rv
+                now = time.monotonic()
+                if closing or now >= deadline:
+                    break
+                if bookmarks and now >= next_bookmark:
+                    kind = KINDS[resource]
+                    self._chunk(
+                        {
+                            "type": "BOOKMARK",
+                            "object": {
+                                "kind": kind,
+                                "apiVersion": API_VERSION[resource],
+                                "metadata": {"resourceVersion": str(current)},
+                            },
+                        }
+                    )
+                    pos = max(pos, current)
+                    next_bookmark = now + fake.bookmark_interval
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _gone(self, since: str) -> None:
+        with self.fake.cond:
+            rv = self.fake.store.compacted
+        self._chunk({"type": "ERROR", "object": status(410, "Expired", f"too old resource version: {since} ({rv})")})
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()

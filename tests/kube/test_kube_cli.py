@@ -1,0 +1,82 @@
+"""`rackscale kube-scheduler`: the settings file the Kubernetes manifest mounts loads through the command's
+own loader, and the health server answers the probes the manifest declares."""
+
+from __future__ import annotations
+
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rackscale.cli.kube import load_settings, serve_health
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+
+
+def test_the_manifests_settings_load(tmp_path: Path) -> None:
+    cm = yaml.safe_load((DEPLOY / "scheduler-config.yaml").read_text())
+    f = tmp_path / "scheduler.yaml"
+    f.write_text(cm["data"]["scheduler.yaml"])
+    assert load_settings(f) == {
+        "scheduler_name": "rackscale",
+        "rack_label": "nvidia.com/gpu.clique",
+        "region_label": "topology.kubernetes.io/region",
+        "gpu_resource": "nvidia.com/gpu",
+        "lease_name": "rackscale",
+        "lease_namespace": "kube-system",
+    }
+    args = yaml.safe_load((DEPLOY / "scheduler-deployment.yaml").read_text())["spec"]["template"]["spec"]
+    container = args["containers"][0]
+    assert "--config=/etc/rackscale/scheduler.yaml" in container["args"]
+    port = next(
+        p["containerPort"] for p in container["ports"] if p["name"] == container["livenessProbe"]["httpGet"]["port"]
+    )
+    assert f"--health-port={port}" in container["args"]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        pytest.param("schedulerName: [a]", "scheduler_name", id="not-a-string"),
+        pytest.param("schedulerNme: x", "unknown key 'schedulerNme'", id="typo"),
+        pytest.param("- a", "expected a mapping", id="a-list"),
+        pytest.param("a: [", "cannot read", id="bad-yaml"),
+    ],
+)
+def test_bad_settings_name_the_problem(tmp_path: Path, text: str, needle: str) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    with pytest.raises(ValueError, match=needle):
+        load_settings(f)
+
+
+class _Sched:
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self.synced = {"nodes": False, "pods": False}
+
+
+def _get(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def test_health_endpoints_follow_the_scheduler() -> None:
+    sched = _Sched()
+    server = serve_health(sched, 0)
+    port = server.server_address[1]
+    try:
+        assert (_get(port, "/healthz"), _get(port, "/readyz")) == (200, 503)  # alive, caches not synced yet
+        sched.synced.update(nodes=True, pods=True)
+        assert _get(port, "/readyz") == 200
+        sched.stopping.set()
+        assert (_get(port, "/healthz"), _get(port, "/readyz")) == (503, 503)
+        assert _get(port, "/nope") == 404
+    finally:
+        server.shutdown()
