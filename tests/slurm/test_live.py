@@ -11,7 +11,7 @@ import pytest
 from tests.service.conftest import serve_in_thread, wait_for
 from tests.slurm.conftest import SPEC
 
-from rackscale.backends.slurm import SlurmBackend
+from rackscale.backends.slurm import SlurmBackend, slurm_priority
 from rackscale.loaders import parse_cluster_text
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.workload import batch
@@ -27,8 +27,16 @@ def config(emu: EmulatedSlurm, data: Path) -> ServiceConfig:
     return ServiceConfig(data_dir=data, backend="slurm", backend_options=opts, interval_s=0.02)
 
 
-def submit(c: httpx.Client, name: str, gpus: int, *command: str) -> None:
-    body = {"name": name, "kind": "training", "gpus": gpus, "gpusPerWorker": 4, "command": list(command)}
+def submit(c: httpx.Client, name: str, gpus: int, *command: str, priority_class: str | None = None) -> None:
+    body: dict[str, Any] = {
+        "name": name,
+        "kind": "training",
+        "gpus": gpus,
+        "gpusPerWorker": 4,
+        "command": list(command),
+    }
+    if priority_class is not None:
+        body["priorityClassName"] = priority_class
     r = c.post("/v1/jobs", json=body)
     assert r.status_code in (200, 201, 202), r.text
 
@@ -60,7 +68,7 @@ def test_gangs_run_where_rackscale_placed_them_inside_one_rack(slurm: EmulatedSl
     with serve_in_thread(config(slurm, data)) as live, live.client() as c:
         assert c.get("/v1/jobs").status_code == 200
         submit(c, "g8", 8, "sleep", "2")
-        submit(c, "g16", 16, "sleep", "2")
+        submit(c, "g16", 16, "sleep", "2", priority_class="high-priority")
         for name, n_nodes in (("g8", 2), ("g16", 4)):
             job = wait_for(lambda n=name: status_is(c, n, "running", "completed"), timeout=TIMEOUT, what=name)
             assert isinstance(job, dict)
@@ -71,6 +79,7 @@ def test_gangs_run_where_rackscale_placed_them_inside_one_rack(slurm: EmulatedSl
             sj = slurm.slurm.job(sj.id)
             assert sj is not None
             assert sorted(sj.nodes) == api_nodes and len(api_nodes) == n_nodes
+            assert sj.priority == slurm_priority(1_000_000 if name == "g16" else 0)  # the job's priority passed on
             assert len({n.rack for n in SPEC.nodes if n.name in api_nodes}) == 1
             assert len(job["placement"]["racks"]) == 1
         for name in ("g8", "g16"):

@@ -58,6 +58,13 @@ def exit_of(job: str, sj: SlurmJob) -> Exit:
     return Exit(job, ok=False, exit_code=code, reason=reason)
 
 
+def slurm_priority(priority: int) -> int:
+    """rackscale's priority (int32, e.g. high-priority = 1,000,000; negative for low) as a Slurm priority
+    (positive; 0 would hold the job): shifted by 1,000,001 so the order is kept for priorities down to
+    -1,000,000, the ones below all map to 1."""
+    return max(1, min(priority, 2_000_000_000) + 1_000_001)
+
+
 class SlurmBackend:
     name = "slurm"
 
@@ -82,6 +89,7 @@ class SlurmBackend:
         self._reported: list[str] = []
         self._cancelled: set[str] = set()  # Slurm ids we scancelled (never adopted again)
         self._last_poll: float | None = None
+        self.pass_priority = True  # off once Slurm refuses --priority (only operators may set it)
 
     # ------------------------------------------------------------------ files
     def id_path(self, job: str) -> Path:
@@ -131,6 +139,8 @@ class SlurmBackend:
             args.append(f"--ntasks={max(units, len(names))}")
         if self.partition:
             args.append(f"--partition={self.partition}")
+        if self.pass_priority:
+            args.append(f"--priority={slurm_priority(spec.priority)}")
         script = self.dir / f"{spec.name}.sh"
         argv = list(spec.command) or ["sleep", str(int(spec.duration_estimate_s or DEFAULT_SLEEP_S))]
         lines = ["#!/bin/sh", *(f"export {k}={shlex.quote(v)}" for k, v in spec.env), f"exec {shlex.join(argv)}"]
@@ -157,7 +167,16 @@ class SlurmBackend:
                 self._jobs[job] = live[-1].id
                 self._write_id(job, live[-1].id)
                 return
-            job_id = self.slurm.sbatch(self.sbatch_args(spec, placement))
+            try:
+                job_id = self.slurm.sbatch(self.sbatch_args(spec, placement))
+            except SlurmError as e:
+                if not self.pass_priority or "priorit" not in str(e).lower():
+                    raise
+                # Setting a job's priority is for Slurm operators: go on without it (the job is pinned to its
+                # nodes anyway, so Slurm's priority never decides between rackscale's jobs).
+                log.warning("Slurm refused --priority (%s); submitting without it from now on", e)
+                self.pass_priority = False
+                job_id = self.slurm.sbatch(self.sbatch_args(spec, placement))
         except (SlurmError, OSError) as e:
             self._pending.append(Exit(job, ok=False, reason=f"sbatch failed: {e}"))
             return

@@ -61,6 +61,7 @@ class SlurmJob:
     submit: str
     start: str
     end: str
+    priority: int | None = None
 
     @property
     def terminal(self) -> bool:
@@ -87,6 +88,7 @@ def job_from_record(rec: Mapping[str, str]) -> SlurmJob:
         signal=sig,
         nodes=tuple(expand(nodelist)) if nodelist and nodelist != "(null)" else (),
         comment=rec.get("Comment", "(null)"),
+        priority=int(rec["Priority"]) if rec.get("Priority", "").isdigit() else None,
         submit=rec.get("SubmitTime", ""),
         start=rec.get("StartTime", ""),
         end=rec.get("EndTime", ""),
