@@ -104,11 +104,13 @@ def test_accounting_counts_idle_gpus_only_while_work_waits() -> None:
     lc = live()
     lc.account(0.0)
     lc.account(10.0)  # nothing waits: idle, but not the scheduler's fault
-    assert lc.counters.idle_waiting_gpu_s == 0.0
-    assert lc.counters.available_gpu_s == pytest.approx(144 * 10)
+    assert lc.kpi.idle_waiting_gpu_s == 0.0 and lc.kpi.available_while_waiting_gpu_s == 0.0
+    assert lc.kpi.available_gpu_s == pytest.approx(144 * 10)
     lc.submit(training("w", 8))
     lc.account(20.0)  # 8 GPUs' worth of work waited 10 s with 144 free
-    assert lc.counters.idle_waiting_gpu_s == pytest.approx(8 * 10)
+    assert lc.kpi.idle_waiting_gpu_s == pytest.approx(8 * 10)
+    # The idle rate's denominator is the GPU-seconds of the periods when work waited (DESIGN section 5).
+    assert lc.kpi.available_while_waiting_gpu_s == pytest.approx(144 * 10)
 
 
 def test_restore_puts_a_job_back_on_its_placement() -> None:

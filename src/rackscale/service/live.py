@@ -18,6 +18,7 @@ from rackscale.network.collectives import Layout, training_step
 from rackscale.network.monitor import NetworkMonitor
 from rackscale.scheduler import Code, Decisions, PendingQueue, ResourceScheduler, Status, apply_decisions
 from rackscale.scheduler.cycles import CycleDriver
+from rackscale.sim.kpis import KpiAccumulator
 
 # What a Change can say about a job; each becomes a row in the job's event log.
 SCHEDULED, PREEMPTED, COMPLETED, FAILED, CANCELLED, WAITING = (
@@ -45,14 +46,9 @@ class Change:
 
 @dataclass(slots=True)
 class LiveCounters:
-    """Cumulative counters (virtual seconds) for the KPIs and Prometheus; ratios are taken by the reader."""
+    """What the runner did, counted for the API and Prometheus. GPU-seconds and bytes are in the
+    simulator's KpiAccumulator (``LiveCluster.kpi``), so the KPIs have one definition everywhere."""
 
-    available_gpu_s: float = 0.0
-    allocated_gpu_s: float = 0.0
-    idle_waiting_gpu_s: float = 0.0
-    bytes_nvlink: float = 0.0
-    bytes_rdma: float = 0.0
-    bytes_backbone: float = 0.0
     cycles: int = 0
     preemption_victims: int = 0
     completed: int = 0
@@ -77,6 +73,7 @@ class LiveCluster:
         self.specs: dict[str, JobSpec] = {}  # every job queued or running
         self.why: dict[str, Status] = {}  # the latest reason each queued job waits
         self.counters = LiveCounters()
+        self.kpi = KpiAccumulator()  # GPU-seconds and bytes, as the simulator accounts them (DESIGN section 5)
         self.waiting_milli = 0
         self._unexplained: set[str] = set()  # queued jobs no cycle has given a reason yet
         self._last: float | None = None
@@ -180,16 +177,16 @@ class LiveCluster:
         if last is None or now <= last:
             return
         dt = now - last
-        c = self.counters
-        healthy = self.cluster.total_gpus - self.state.failed_gpus_count
-        allocated = self.state.used_milli / MILLI_PER_GPU
-        c.available_gpu_s += healthy * dt
-        c.allocated_gpu_s += allocated * dt
-        c.idle_waiting_gpu_s += min(max(healthy - allocated, 0.0), self.waiting_milli / MILLI_PER_GPU) * dt
+        self.kpi.interval(
+            dt=dt,
+            healthy=self.cluster.total_gpus - self.state.failed_gpus_count,
+            allocated=self.state.used_milli / MILLI_PER_GPU,
+            waiting_demand=self.waiting_milli / MILLI_PER_GPU,
+        )
         totals = self.monitor.totals()
-        c.bytes_nvlink += totals.nvlink_bytes_per_s * dt
-        c.bytes_rdma += totals.rdma_bytes_per_s * dt
-        c.bytes_backbone += totals.backbone_bytes_per_s * dt
+        self.kpi.bytes_nvlink += totals.nvlink_bytes_per_s * dt
+        self.kpi.bytes_rdma += totals.rdma_bytes_per_s * dt
+        self.kpi.bytes_backbone += totals.backbone_bytes_per_s * dt
 
     # ------------------------------------------------------------------ internals
     def _enqueue(self, spec: JobSpec) -> None:

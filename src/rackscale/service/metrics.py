@@ -46,6 +46,7 @@ METRIC_NAMES = (
     "rackscale_gpu_utilization_ratio",
     "rackscale_idle_rate_ratio",
     "rackscale_gpu_available_seconds_total",
+    "rackscale_gpu_available_while_waiting_seconds_total",
     "rackscale_gpu_idle_while_waiting_seconds_total",
     "rackscale_traffic_bytes_total",
     "rackscale_intra_rack_traffic_ratio",
@@ -159,29 +160,35 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
     yield used
     yield uplink
 
+    kpi = live.kpi
     yield GaugeMetricFamily(
         "rackscale_idle_rate_ratio",
-        "GPU-seconds idle while work waited / available GPU-seconds, since the service started.",
-        value=k.idle_waiting_gpu_s / k.available_gpu_s if k.available_gpu_s else 0.0,
+        "GPU-seconds idle while work waited / available GPU-seconds of those periods, since the service started.",
+        value=kpi.idle_waiting_gpu_s / kpi.available_while_waiting_gpu_s if kpi.available_while_waiting_gpu_s else 0.0,
     )
     yield CounterMetricFamily(
-        "rackscale_gpu_available_seconds", "Healthy GPU-seconds (service clock).", value=k.available_gpu_s
+        "rackscale_gpu_available_seconds", "Healthy GPU-seconds (service clock).", value=kpi.available_gpu_s
+    )
+    yield CounterMetricFamily(
+        "rackscale_gpu_available_while_waiting_seconds",
+        "Healthy GPU-seconds while jobs waited (service clock): the idle rate's denominator.",
+        value=kpi.available_while_waiting_gpu_s,
     )
     yield CounterMetricFamily(
         "rackscale_gpu_idle_while_waiting_seconds",
         "GPU-seconds left free while jobs that could use them waited (service clock).",
-        value=k.idle_waiting_gpu_s,
+        value=kpi.idle_waiting_gpu_s,
     )
     traffic = CounterMetricFamily("rackscale_traffic_bytes", "Bytes moved by jobs, per link tier.", labels=["tier"])
-    traffic.add_metric(["nvlink"], k.bytes_nvlink)
-    traffic.add_metric(["rdma"], k.bytes_rdma)
-    traffic.add_metric(["backbone"], k.bytes_backbone)
+    traffic.add_metric(["nvlink"], kpi.bytes_nvlink)
+    traffic.add_metric(["rdma"], kpi.bytes_rdma)
+    traffic.add_metric(["backbone"], kpi.bytes_backbone)
     yield traffic
-    moved = k.bytes_nvlink + k.bytes_rdma + k.bytes_backbone
+    moved = kpi.bytes_nvlink + kpi.bytes_rdma + kpi.bytes_backbone
     yield GaugeMetricFamily(
         "rackscale_intra_rack_traffic_ratio",
         "NVLink bytes / all bytes since the service started.",
-        value=k.bytes_nvlink / moved if moved else 1.0,
+        value=kpi.bytes_nvlink / moved if moved else 1.0,
     )
 
     # Network latency per tier: the tier's latency plus queueing on its busiest link (M/M/1).

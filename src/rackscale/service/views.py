@@ -129,7 +129,7 @@ class KpisOut(_Out):
     gpus_allocated: float
     gpus_failed: int
     allocation_ratio: float  # allocated / available GPU-seconds since the service started
-    idle_rate: float  # idle while work waited / available GPU-seconds (DESIGN section 5)
+    idle_rate: float  # idle while work waited / available GPU-seconds of those periods (DESIGN section 5)
     intra_rack_traffic_share: float  # NVLink bytes / all bytes
     traffic_bytes: dict[str, float]
     completed: int
@@ -307,18 +307,20 @@ def queues_out(live: LiveCluster, counts: dict[str, dict[str, int]]) -> QueueLis
 
 
 def kpis_out(live: LiveCluster, now: float) -> KpisOut:
-    k = live.counters
-    moved = k.bytes_nvlink + k.bytes_rdma + k.bytes_backbone
+    k, kpi = live.counters, live.kpi
+    moved = kpi.bytes_nvlink + kpi.bytes_rdma + kpi.bytes_backbone
     c = live.cluster
     return KpisOut(
         now=now,
         gpus=c.total_gpus,
         gpus_allocated=live.state.used_milli / MILLI_PER_GPU,
         gpus_failed=live.state.failed_gpus_count,
-        allocation_ratio=k.allocated_gpu_s / k.available_gpu_s if k.available_gpu_s else 0.0,
-        idle_rate=k.idle_waiting_gpu_s / k.available_gpu_s if k.available_gpu_s else 0.0,
-        intra_rack_traffic_share=k.bytes_nvlink / moved if moved else 1.0,
-        traffic_bytes={"nvlink": k.bytes_nvlink, "rdma": k.bytes_rdma, "backbone": k.bytes_backbone},
+        allocation_ratio=kpi.allocated_gpu_s / kpi.available_gpu_s if kpi.available_gpu_s else 0.0,
+        idle_rate=kpi.idle_waiting_gpu_s / kpi.available_while_waiting_gpu_s
+        if kpi.available_while_waiting_gpu_s
+        else 0.0,
+        intra_rack_traffic_share=kpi.bytes_nvlink / moved if moved else 1.0,
+        traffic_bytes={"nvlink": kpi.bytes_nvlink, "rdma": kpi.bytes_rdma, "backbone": kpi.bytes_backbone},
         completed=k.completed,
         failed=k.failed,
         preemption_victims=k.preemption_victims,
