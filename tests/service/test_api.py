@@ -94,6 +94,12 @@ def test_a_pending_job_says_why(service: LiveService) -> None:
             id="unknown-class",
         ),
         pytest.param([1, 2], ["body"], "JSON object", id="not-an-object"),
+        pytest.param(
+            {"name": "x", "kind": "training", "gpus": 8, "env": {"A;rm -rf /": "1"}},
+            ["body", "env", "A;rm -rf /"],
+            "not a valid name",
+            id="env-name-not-a-shell-name",
+        ),
     ],
 )
 def test_bad_specs_get_422_with_the_field_and_a_fix(

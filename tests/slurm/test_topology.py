@@ -141,3 +141,25 @@ def test_import_without_topology_uses_features_and_names_pools_when_not_uniform(
 
     back = parse_cluster_text(text)
     assert back.total_gpus == 24 and len(back.racks) == 2
+
+
+def test_the_batch_script_quotes_values_and_never_writes_a_non_identifier_name(tmp_path: object) -> None:
+    """The spec refuses such names (a 422 at the API); a JobSpec built in code is guarded here too."""
+    from pathlib import Path
+
+    from rackscale.backends.slurm import SlurmBackend, slurm_priority
+    from rackscale.model.placement import NodeAlloc, Placement
+    from rackscale.model.workload import training
+    from rackscale.slurm.commands import Slurm
+
+    assert isinstance(tmp_path, Path)
+    cluster = GPUCluster.uniform(name="t", racks_per_region=1)
+    backend = SlurmBackend(Slurm(), cluster, tmp_path)
+    spec = training(
+        "j", 4, command=("echo", "a b; $(x)"), env=(("OK_1", "v w'x"), ("BAD;rm -rf /", "1")), priority=1_000_000
+    )
+    args = backend.sbatch_args(spec, Placement("j", (NodeAlloc(0, (0, 1, 2, 3)),), 4))
+    script = Path(args[-1]).read_text().splitlines()
+    assert script == ["#!/bin/sh", "export OK_1='v w'\"'\"'x'", "exec echo 'a b; $(x)'"]
+    assert f"--priority={slurm_priority(1_000_000)}" in args and "--nodelist=r000-n00" in args
+    assert slurm_priority(0) < slurm_priority(1_000_000) and slurm_priority(-5_000_000) == 1

@@ -143,7 +143,9 @@ class SlurmBackend:
             args.append(f"--priority={slurm_priority(spec.priority)}")
         script = self.dir / f"{spec.name}.sh"
         argv = list(spec.command) or ["sleep", str(int(spec.duration_estimate_s or DEFAULT_SLEEP_S))]
-        lines = ["#!/bin/sh", *(f"export {k}={shlex.quote(v)}" for k, v in spec.env), f"exec {shlex.join(argv)}"]
+        # Names are checked by the spec (shell identifiers); values are quoted. Never a name that is not one.
+        env = [f"export {k}={shlex.quote(v)}" for k, v in spec.env if k.isidentifier() and k.isascii()]
+        lines = ["#!/bin/sh", *env, f"exec {shlex.join(argv)}"]
         script.write_text("\n".join(lines) + "\n")
         return [*args, str(script)]
 

@@ -64,6 +64,8 @@ Toggle = Annotated[bool, BeforeValidator(_toggle)]
 Memory = Annotated[int | None, BeforeValidator(_memory)]
 Count = Annotated[int, Field(ge=1, le=MAX_UNITS)]
 NonEmpty = Annotated[str, Field(min_length=1)]
+# An environment variable's name: what a shell accepts (a backend may write it into a batch script).
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
 
 
 class MetadataDoc(_Doc):
@@ -214,7 +216,7 @@ class JobBodyDoc(_Doc):
     submit_time: float = Field(0.0, ge=0)
     # What the `local` backend runs: an argv list (never a shell line), and extra environment variables.
     command: list[str] | None = Field(None, min_length=1, examples=[["python", "train.py", "--epochs", "3"]])
-    env: dict[str, str] | None = None
+    env: dict[EnvName, str] | None = Field(None, examples=[{"NCCL_DEBUG": "INFO"}])
 
 
 class FlatJobDoc(JobBodyDoc):

@@ -178,6 +178,15 @@ def _convert(err: ErrorDetails, root: type[BaseModel]) -> SpecProblem:
         rule = f"at least {limit}" if kind == "too_short" else f"at most {limit}"
         hint = info.description if info and info.description else f"give {rule} entries"
         return SpecProblem(loc, f"has {n} entries, needs {rule}", hint)
+    if kind == "string_pattern_mismatch":
+        if loc and loc[-1] == "[key]":  # a mapping's key, e.g. an environment variable's name
+            loc = loc[:-1]  # the key itself names the place
+            return SpecProblem(
+                loc,
+                f"{str(loc[-1])[:60]!r} is not a valid name",
+                "use letters, digits and _, not starting with a digit",
+            )
+        return SpecProblem(loc, f"{got} does not match the pattern {ctx.get('pattern')}", "see docs/specs.md")
     if kind == "int_from_float":
         return SpecProblem(loc, f"must be a whole number, got {got}", f"drop the fraction{_example(root, loc)}")
     noun = kind.rsplit("_", 1)[0] if kind.endswith(("_type", "_parsing")) else ""
