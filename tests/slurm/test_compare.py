@@ -13,8 +13,9 @@ def test_job_mix_is_seeded() -> None:
 
 
 def test_compare_runs_both_sides_on_live_slurm(slurm: EmulatedSlurm) -> None:
-    a, b = compare(slurm.slurm, slurm.cluster, 6, seed=1, spread_s=1.0)
-    for r in (a, b):
+    a, b, c = compare(slurm.slurm, slurm.cluster, 6, seed=1, spread_s=1.0)
+    for r in (a, b, c):
         assert r.jobs == r.started == 6, r
         assert r.mean_wait_s >= 0
     assert b.one_rack == 6  # rackscale keeps every gang (<= 16 GPUs = one 4-node rack) inside one rack
+    assert c.one_rack == 6 and c.label == "rackscale, one rack required"  # required: never split

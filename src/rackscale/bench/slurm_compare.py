@@ -58,9 +58,17 @@ def job_mix(n: int, *, seed: int = 0, spread_s: float = 4.0, sleep_s: tuple[int,
 
 
 def _watch(
-    slurm: Slurm, names: dict[str, str], cluster: GPUCluster, t0: float, submitted: dict[str, float], done: list[bool]
+    slurm: Slurm,
+    names: dict[str, str],
+    cluster: GPUCluster,
+    t0: float,
+    submitted: dict[str, float],
+    done: list[bool],
+    earlier: set[str],
 ) -> tuple[dict[str, float], dict[str, tuple[str, ...]]]:
-    """Poll until ``done[0]`` and every submitted job has ended: first RUNNING time and nodes, by gang."""
+    """Poll until ``done[0]`` and every submitted job has ended: first RUNNING time and nodes, by gang.
+    Jobs Slurm already knew when the run began (an earlier run's, kept for MinJobAge under the same names)
+    are not this run's."""
     started: dict[str, float] = {}
     nodes: dict[str, tuple[str, ...]] = {}
     while True:
@@ -68,6 +76,8 @@ def _watch(
         jobs: dict[str, SlurmJob] = slurm.jobs()
         live = 0
         for j in jobs.values():
+            if j.id in earlier:
+                continue
             gang = names.get(j.name)
             if gang is None or gang not in submitted:
                 continue
@@ -104,9 +114,12 @@ def run_slurm_switches(slurm: Slurm, cluster: GPUCluster, gangs: list[Gang], out
     names = {f"sb-{g.name}": g.name for g in gangs}
     submitted: dict[str, float] = {}
     done = [False]
+    earlier = set(slurm.jobs())  # an earlier run's jobs, still listed (MinJobAge)
     t0 = time.monotonic()
     result: list[tuple[dict[str, float], dict[str, tuple[str, ...]]]] = []
-    watcher = threading.Thread(target=lambda: result.append(_watch(slurm, names, cluster, t0, submitted, done)))
+    watcher = threading.Thread(
+        target=lambda: result.append(_watch(slurm, names, cluster, t0, submitted, done, earlier))
+    )
     watcher.start()
     try:
         for g in gangs:
@@ -133,7 +146,9 @@ def run_slurm_switches(slurm: Slurm, cluster: GPUCluster, gangs: list[Gang], out
     return _result("slurm --switches=1", gangs, cluster, submitted, started, nodes, time.monotonic() - t0)
 
 
-def run_rackscale(slurm: Slurm, gangs: list[Gang], data_dir: Path) -> RunResult:
+def run_rackscale(slurm: Slurm, gangs: list[Gang], data_dir: Path, *, require_rack: bool = False) -> RunResult:
+    """The gangs through `serve --backend slurm`; with ``require_rack`` each asks for one rack as a required
+    topology constraint (it waits, like --switches=1), else as a preference (the default: it may split)."""
     import httpx
     import uvicorn
 
@@ -158,8 +173,11 @@ def run_rackscale(slurm: Slurm, gangs: list[Gang], data_dir: Path) -> RunResult:
                 raise RuntimeError("the service did not start in 15 s")
             time.sleep(0.02)
         url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+        earlier = set(slurm.jobs())  # an earlier run's jobs, still listed (MinJobAge)
         t0 = time.monotonic()
-        watcher = threading.Thread(target=lambda: result.append(_watch(slurm, names, cluster, t0, submitted, done)))
+        watcher = threading.Thread(
+            target=lambda: result.append(_watch(slurm, names, cluster, t0, submitted, done, earlier))
+        )
         watcher.start()
         try:
             with httpx.Client(base_url=url, timeout=10) as c:
@@ -172,6 +190,8 @@ def run_rackscale(slurm: Slurm, gangs: list[Gang], data_dir: Path) -> RunResult:
                         "gpusPerWorker": min(4, g.gpus),
                         "command": ["sleep", str(g.sleep_s)],
                     }
+                    if require_rack:
+                        body["topology"] = {"required": "rack"}
                     submitted[g.name] = time.monotonic() - t0
                     r = c.post("/v1/jobs", json=body)
                     r.raise_for_status()
@@ -184,15 +204,21 @@ def run_rackscale(slurm: Slurm, gangs: list[Gang], data_dir: Path) -> RunResult:
         thread.join(timeout=10)
         svc.close()
     started, nodes = result[0]
-    return _result("rackscale (slurm backend)", gangs, cluster, submitted, started, nodes, makespan)
+    label = "rackscale, one rack required" if require_rack else "rackscale (slurm backend)"
+    return _result(label, gangs, cluster, submitted, started, nodes, makespan)
 
 
-def compare(slurm: Slurm, cluster: GPUCluster, n: int, *, seed: int = 0, spread_s: float = 4.0) -> list[RunResult]:
+def compare(
+    slurm: Slurm, cluster: GPUCluster, n: int, *, seed: int = 0, spread_s: float = 4.0, require_rack: bool = True
+) -> list[RunResult]:
+    """Slurm --switches=1, then rackscale with its default (one rack preferred), then (``require_rack``) with
+    one rack required: the same gang sequence each time."""
     gangs = job_mix(n, seed=seed, spread_s=spread_s)
     work = Path(tempfile.mkdtemp(prefix="rs-compare-"))
     try:
-        a = run_slurm_switches(slurm, cluster, gangs, work)
-        b = run_rackscale(slurm, gangs, work / "service")
+        out = [run_slurm_switches(slurm, cluster, gangs, work), run_rackscale(slurm, gangs, work / "service")]
+        if require_rack:
+            out.append(run_rackscale(slurm, gangs, work / "service-required", require_rack=True))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return [a, b]
+    return out
