@@ -238,3 +238,25 @@ def test_a_stored_spec_that_no_longer_loads_fails_that_job_not_the_service(tmp_p
         old = c.get("/v1/jobs/old").json()
         assert old["status"] == "failed" and old["reason"] == "InvalidSpec" and "retired" in old["message"]
         wait_for(lambda: c.get("/v1/jobs/ok").json()["status"] == "running", what="the other job runs")
+
+
+def test_a_tenant_sees_other_tenants_gpus_as_used_but_not_their_job_names(secured: LiveService) -> None:
+    a, b, ops = secured.client(TEAM_A), secured.client(TEAM_B), secured.client(ADMIN)
+    assert a.post("/v1/jobs", json=job("a-job", 8)).status_code == 201
+    assert b.post("/v1/jobs", json=job("b-secret", 8, queue="team-b")).status_code == 201
+    wait_for(lambda: ops.get("/v1/cluster").json()["running"] == 2, what="both running")
+    racks = {r["name"]: r for r in ops.get("/v1/racks").json()["items"]}
+    seen_by_a = {r["name"]: r for r in a.get("/v1/racks").json()["items"]}
+    assert sum(r["allocated"] for r in seen_by_a.values()) == 16  # capacity is not hidden
+    assert sorted(j for r in racks.values() for j in r["jobs"]) == ["a-job", "b-secret"]
+    assert [j for r in seen_by_a.values() for j in r["jobs"]] == ["a-job"]
+    for where in ["/v1/racks", "/v1/nodes", "/v1/ui/overview?detail=r000,r001"] + [f"/v1/racks/{n}" for n in racks]:
+        assert "b-secret" not in a.get(where).text, where
+        assert "a-job" not in b.get(where).text, where
+    grid = [
+        g
+        for n in a.get(f"/v1/racks/{next(n for n, r in racks.items() if 'b-secret' in r['jobs'])}").json()["nodes"]
+        for g in n["gpuGrid"]
+        if g["usedMilli"]
+    ]
+    assert {g["job"] for g in grid} <= {None, "a-job"} and any(g["job"] is None for g in grid)

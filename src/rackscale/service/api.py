@@ -45,6 +45,7 @@ from rackscale.service.views import (
     queues_out,
     rack_detail,
     rack_out,
+    visible_to,
 )
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,251}[a-z0-9])?$")
@@ -281,7 +282,8 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     @app.get("/v1/racks", response_model=RackList, summary="Every rack (NVLink domain) and what it holds")
     async def list_racks(who: Who) -> RackList:
         with ctx.runner.reading() as lv:
-            return RackList(items=[rack_out(lv, r.index) for r in cluster.racks])
+            vis = visible_to(lv, who)
+            return RackList(items=[rack_out(lv, r.index, vis) for r in cluster.racks])
 
     rack_by_name = {r.name: r.index for r in cluster.racks}
     node_by_name = {n.name: n.index for n in cluster.nodes}
@@ -296,7 +298,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         if name not in rack_by_name:
             raise ApiError(404, f"no rack named {name!r}")
         with ctx.runner.reading() as lv:
-            return rack_detail(lv, rack_by_name[name])
+            return rack_detail(lv, rack_by_name[name], visible_to(lv, who))
 
     @app.get("/v1/nodes", response_model=NodeList, responses=_pick(404), summary="Every node (or a rack's)")
     async def list_nodes(who: Who, rack: str | None = None) -> NodeList:
@@ -304,7 +306,8 @@ def create_app(ctx: ServiceContext) -> FastAPI:
             raise ApiError(404, f"no rack named {rack!r}")
         nodes = cluster.racks[rack_by_name[rack]].nodes if rack is not None else range(len(cluster.nodes))
         with ctx.runner.reading() as lv:
-            return NodeList(items=[node_out(lv, n) for n in nodes])
+            vis = visible_to(lv, who)
+            return NodeList(items=[node_out(lv, n, vis) for n in nodes])
 
     @app.get(
         "/v1/nodes/{name}",
@@ -316,7 +319,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         if name not in node_by_name:
             raise ApiError(404, f"no node named {name!r}")
         with ctx.runner.reading() as lv:
-            return node_detail(lv, node_by_name[name])
+            return node_detail(lv, node_by_name[name], visible_to(lv, who))
 
     @app.get("/v1/queues", response_model=QueueList, summary="Queues: jobs pending and running, GPUs held and wanted")
     async def list_queues(who: Who) -> QueueList:

@@ -3,6 +3,7 @@ from the store and the live cluster. JSON keys are camelCase, like the job specs
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -10,6 +11,7 @@ from pydantic.alias_generators import to_camel
 
 from rackscale.model.placement import Placement
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
+from rackscale.service.auth import Principal
 from rackscale.service.live import LiveCluster
 from rackscale.service.store import EventRow, JobRow
 
@@ -209,14 +211,30 @@ def event_out(e: EventRow) -> EventOut:
     return EventOut(time=e.time, type=e.type, reason=e.reason, message=e.message)
 
 
-def _node(live: LiveCluster, n: int, *, grid: bool) -> NodeDetail | NodeOut:
+Visible = Callable[[str], bool]  # may the caller see this job's name? (a tenant: only its own queues' jobs)
+
+
+def everyone(_name: str) -> bool:
+    return True
+
+
+def visible_to(live: LiveCluster, who: Principal) -> Visible:
+    """The jobs ``who`` may see by name: all for an admin; a tenant's own queues' jobs otherwise. Others'
+    GPUs still show as used (capacity is not a secret), without the job's name."""
+    if who.is_admin:
+        return everyone
+    return lambda name: (spec := live.specs.get(name)) is not None and who.can_use(spec.queue)
+
+
+def _node(live: LiveCluster, n: int, *, grid: bool, visible: Visible = everyone) -> NodeDetail | NodeOut:
     c = live.cluster
     st = live.state
     node = c.nodes[n]
     failed = node.gpus if st.node_down[n] else len(st.gpu_failed[n])
     free = sum(st.gpu_free[n][g] for g in range(node.gpus) if g not in st.gpu_failed[n] and not st.node_down[n])
     allocated = (node.gpus - failed) - free / MILLI_PER_GPU
-    jobs = sorted(st.node_jobs[n])
+    held = sorted(st.node_jobs[n])
+    jobs = [j for j in held if visible(j)]
     base: dict[str, Any] = {
         "name": node.name,
         "rack": c.racks[node.rack].name,
@@ -230,7 +248,7 @@ def _node(live: LiveCluster, n: int, *, grid: bool) -> NodeDetail | NodeOut:
     if not grid:
         return NodeOut(**base)
     owner: dict[int, str] = {}
-    for j in jobs:
+    for j in jobs:  # only visible jobs name their GPUs; the others' show as used, job None
         for a in st.running[j].placement.allocs:
             if a.node == n:
                 for g in a.gpus:
@@ -247,18 +265,17 @@ def _node(live: LiveCluster, n: int, *, grid: bool) -> NodeDetail | NodeOut:
     return NodeDetail(**base, gpu_grid=cells)
 
 
-def node_out(live: LiveCluster, n: int) -> NodeOut:
-    out = _node(live, n, grid=False)
-    return out
+def node_out(live: LiveCluster, n: int, visible: Visible = everyone) -> NodeOut:
+    return _node(live, n, grid=False, visible=visible)
 
 
-def node_detail(live: LiveCluster, n: int) -> NodeDetail:
-    out = _node(live, n, grid=True)
+def node_detail(live: LiveCluster, n: int, visible: Visible = everyone) -> NodeDetail:
+    out = _node(live, n, grid=True, visible=visible)
     assert isinstance(out, NodeDetail)
     return out
 
 
-def rack_out(live: LiveCluster, r: int) -> RackOut:
+def rack_out(live: LiveCluster, r: int, visible: Visible = everyone) -> RackOut:
     c = live.cluster
     rack = c.racks[r]
     st = live.state
@@ -276,13 +293,14 @@ def rack_out(live: LiveCluster, r: int) -> RackOut:
         allocated=max(rack.gpus - failed - free_milli / MILLI_PER_GPU, 0.0),
         free=st.rack_whole[r],
         failed=failed,
-        jobs=sorted(st.rack_jobs[r]),
+        jobs=sorted(j for j in st.rack_jobs[r] if visible(j)),
     )
 
 
-def rack_detail(live: LiveCluster, r: int) -> RackDetail:
-    base = rack_out(live, r)
-    return RackDetail(**base.model_dump(), nodes=[node_detail(live, n) for n in live.cluster.racks[r].nodes])
+def rack_detail(live: LiveCluster, r: int, visible: Visible = everyone) -> RackDetail:
+    base = rack_out(live, r, visible)
+    nodes = [node_detail(live, n, visible) for n in live.cluster.racks[r].nodes]
+    return RackDetail(**base.model_dump(), nodes=nodes)
 
 
 def queues_out(live: LiveCluster, counts: dict[str, dict[str, int]]) -> QueueList:

@@ -17,6 +17,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from rackscale.model.topology import MILLI_PER_GPU
+from rackscale.service.views import Visible, everyone, visible_to
 
 if TYPE_CHECKING:
     from rackscale.service.api import ServiceContext
@@ -43,7 +44,7 @@ def mount(app: FastAPI, ctx: ServiceContext) -> None:
 
     @app.get("/v1/ui/overview", include_in_schema=False)
     async def overview(request: Request, detail: str = "") -> JSONResponse:
-        authenticate(ctx, request.headers.get("authorization"))  # the API's rule; ApiError -> 401
+        who = authenticate(ctx, request.headers.get("authorization"))  # the API's rule; ApiError -> 401
         wanted: list[int] = []
         for name in detail.split(","):
             r = rack_by_name.get(name.strip())
@@ -55,11 +56,14 @@ def mount(app: FastAPI, ctx: ServiceContext) -> None:
                 status_code=422,
             )
         with ctx.runner.reading() as lv:
-            body = overview_doc(lv, wanted)
+            body = overview_doc(lv, wanted, visible_to(lv, who))
         return JSONResponse(body, headers=_NO_CACHE)
 
 
-def overview_doc(lv: LiveCluster, detail: list[int]) -> dict[str, Any]:
+OTHER_TENANT = "(another tenant)"  # not a valid job name: it cannot collide with one
+
+
+def overview_doc(lv: LiveCluster, detail: list[int], visible: Visible = everyone) -> dict[str, Any]:
     """Every rack's allocation and failures, and the sparse grids of the ``detail`` racks.
 
     ``racks[i]``: name, region, gpus, allocated (GPUs, fractional when shared), failed, jobs (a count).
@@ -95,12 +99,13 @@ def overview_doc(lv: LiveCluster, detail: list[int]) -> dict[str, Any]:
             where = node_pos.get(a.node)
             if where is None:
                 continue
-            if name not in job_ix:
-                job_ix[name] = len(jobs)
-                jobs.append(name)
+            shown = name if visible(name) else OTHER_TENANT  # a tenant sees others' GPUs used, not whose
+            if shown not in job_ix:
+                job_ix[shown] = len(jobs)
+                jobs.append(shown)
             cells = grids[where[0]]["cells"]
             for g in a.gpus:
-                cells.append([where[1], g, job_ix[name], a.milli])
+                cells.append([where[1], g, job_ix[shown], a.milli])
     for rk in c.racks if st.failed_gpus_count else ():
         for n in rk.nodes:
             if st.node_down[n]:
@@ -117,7 +122,7 @@ def overview_doc(lv: LiveCluster, detail: list[int]) -> dict[str, Any]:
             "gpus": rk.gpus,
             "allocated": used[rk.index] / MILLI_PER_GPU,
             "failed": failed[rk.index],
-            "jobs": len(st.rack_jobs[rk.index]),
+            "jobs": len(st.rack_jobs[rk.index]),  # a count: no names
         }
         for rk in c.racks
     ]

@@ -529,7 +529,8 @@
   }
 
   // --- the details panel
-  function openJob(name) { location.hash = "#job/" + enc(name); }
+  // "(another tenant)" stands for jobs this token may not see: nothing to open.
+  function openJob(name) { if (name && name[0] !== "(") location.hash = "#job/" + enc(name); }
 
   function closeJob() {
     if (location.hash.startsWith("#job/")) history.pushState(null, "", location.pathname + location.search);
