@@ -97,3 +97,4 @@ def test_paging_and_filters(tmp_path: Path) -> None:
     assert [r.name for r in s.jobs(after=first[-1].seq, limit=3)] == ["j3", "j4", "j5"]
     assert [r.name for r in s.jobs(status=["cancelled"])] == ["j3"]
     assert s.latest_time() == 1.0
+    assert s.count_by_queue(["pending", "cancelled"]) == {"q": {"pending": 6, "cancelled": 1}}

@@ -323,10 +323,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
 
     @app.get("/v1/queues", response_model=QueueList, summary="Queues: jobs pending and running, GPUs held and wanted")
     async def list_queues(who: Who) -> QueueList:
-        counts: dict[str, dict[str, int]] = {}
-        for r in ctx.store.jobs(status=["pending", "running"], limit=10**9):
-            counts.setdefault(r.queue, {}).setdefault(r.status, 0)
-            counts[r.queue][r.status] += 1
+        counts = ctx.store.count_by_queue(["pending", "running"])
         with ctx.runner.reading() as lv:
             out = queues_out(lv, counts)
         if not who.is_admin:

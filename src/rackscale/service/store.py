@@ -358,6 +358,19 @@ class Store:
             rows.append(EventRow(0, name, job.submitted, "submitted", "Submitted", f"queued in {job.queue}"))
         return rows[::-1]
 
+    def count_by_queue(self, statuses: Iterable[str]) -> dict[str, dict[str, int]]:
+        """Jobs per queue and status (one aggregate query: no row is loaded)."""
+        q = (
+            select(jobs.c.queue, jobs.c.status, func.count())
+            .where(jobs.c.status.in_(list(statuses)))
+            .group_by(jobs.c.queue, jobs.c.status)
+        )
+        out: dict[str, dict[str, int]] = {}
+        with self.reader.connect() as c:
+            for queue_name, status, n in c.execute(q).all():
+                out.setdefault(queue_name, {})[status] = n
+        return out
+
     def count_by_status(self, *, queues: Iterable[str] | None = None) -> dict[str, int]:
         q = select(jobs.c.status, func.count()).group_by(jobs.c.status)
         if queues is not None:
