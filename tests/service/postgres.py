@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.deploy.engines import free_port
+
 INSTALL_HINT = "install Debian's postgresql package (apt-get install postgresql) and psycopg[binary]"
 
 
@@ -27,10 +29,7 @@ def _bin(name: str) -> str:
     return found[-1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+_free_port = free_port  # the engines tests' helper
 
 
 @contextmanager
