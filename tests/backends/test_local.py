@@ -3,6 +3,11 @@ without a shell, stopping a process group, adopting jobs after a restart, and on
 
 Every wait is bounded (``until``); a job that should run "a while" waits for a file the test writes, so no
 test depends on how fast the machine is.
+
+These jobs run as the test's own user (``run_as`` it, ``allow_root_jobs`` when that is root), so that their
+commands may be this interpreter (``sys.executable``, which an unprivileged user may not reach); running as
+an unprivileged user, the environment, the wrapper's isolation and the log cap are in
+``test_local_isolation.py``.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -22,6 +28,7 @@ from tests.service.conftest import wait_for
 
 from rackscale.backends.base import Exit, RunningJobRecord
 from rackscale.backends.local import (
+    DEFAULT_GRACE_S,
     LOST,
     NO_COMMAND,
     LocalBackend,
@@ -37,6 +44,13 @@ from rackscale.model.workload import JobSpec, batch
 
 PY = sys.executable
 TIMEOUT = 15.0
+ME = pwd.getpwuid(os.geteuid()).pw_name
+AS_ME: dict[str, object] = {"run_as": ME, "allow_root_jobs": True}
+
+
+def local(data: Path, gpus: list[int], *, grace_s: float = DEFAULT_GRACE_S) -> LocalBackend:
+    """A backend whose jobs run as the test's own user."""
+    return LocalBackend(data, gpus, grace_s=grace_s, run_as=ME, allow_root_jobs=True)
 
 
 def until(pred: Callable[[], object], *, timeout: float = TIMEOUT, what: str = "condition") -> object:
@@ -73,7 +87,7 @@ def gone(pid: int) -> bool:
     """No such process, or a zombie (dead, waiting for whoever reaps orphans here)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before, or while, it was read
         return True
     return stat.rpartition(")")[2].split()[0] in ("Z", "X")
 
@@ -105,7 +119,7 @@ def data(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.fixture
 def backend(data: Path) -> Iterator[LocalBackend]:
-    b = LocalBackend(data, [2, 3], grace_s=5.0)
+    b = local(data, [2, 3], grace_s=5.0)
     yield b
     for name in list(b.running()):
         b.stop(name, now=0.0)
@@ -206,14 +220,22 @@ def test_stop_kills_the_whole_process_group_and_reports_no_exit(backend: LocalBa
     backend.stop("tree", now=0)
     assert time.monotonic() - t0 < 1.0
     exits: list[Exit] = []
-    until(lambda: (exits.extend(backend.poll(0.0)), gone(child) and gone(grandchild))[1], what="the group to die")
-    until(lambda: (exits.extend(backend.poll(0.0)), not backend._stopping)[1], what="the stop to finish")
+
+    def polled(done: Callable[[], bool]) -> Callable[[], bool]:
+        def check() -> bool:
+            exits.extend(backend.poll(0.0))
+            return done()
+
+        return check
+
+    until(polled(lambda: gone(child) and gone(grandchild)), what="the group to die")
+    until(polled(lambda: not backend._stopping), what="the stop to finish")
     assert exits == []  # a stopped job is not an exit
     assert not backend.pid_path("tree").exists() and not backend.exit_path("tree").exists()
 
 
 def test_stop_escalates_to_sigkill_after_the_grace_period_without_blocking(data: Path) -> None:
-    b = LocalBackend(data, [0], grace_s=0.5)
+    b = local(data, [0], grace_s=0.5)
     code = (
         "import signal, time\n"
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -239,7 +261,7 @@ def record(spec: JobSpec, placement: Placement) -> RunningJobRecord:
 
 
 def test_a_restarted_backend_adopts_a_running_job_and_one_that_ended_while_down(data: Path) -> None:
-    b1 = LocalBackend(data, [2, 3])
+    b1 = local(data, [2, 3])
     long_job, short_job = job("long", *py(WAIT_FOR_GO), "5"), job("short", *py("print('done early')"))
     b1.start(long_job, on("long", 0), now=0)
     b1.start(short_job, on("short", 1), now=0)
@@ -247,7 +269,7 @@ def test_a_restarted_backend_adopts_a_running_job_and_one_that_ended_while_down(
     b1.close()  # the service goes down; its jobs keep running
     wait_file(data / "run" / "short.exit")  # "short" ends while the service is down
 
-    b2 = LocalBackend(data, [2, 3])
+    b2 = local(data, [2, 3])
     exits = b2.adopt({"long": record(long_job, on("long", 0)), "short": record(short_job, on("short", 1))}, 1.0)
     assert exits == [Exit("short", True, 0, "exit code 0")]
     assert b2.running() == frozenset({"long"})
@@ -261,7 +283,7 @@ def test_a_restarted_backend_adopts_a_running_job_and_one_that_ended_while_down(
 
 
 def test_adopt_stops_what_the_store_does_not_call_running_and_reports_the_lost(data: Path) -> None:
-    b1 = LocalBackend(data, [0, 1])
+    b1 = local(data, [0, 1])
     b1.start(job("stray", *py(WAIT_FOR_GO), "0"), on("stray", 0), now=0)
     stray_pid = b1._runs["stray"].pid
     b1.close()
@@ -271,7 +293,7 @@ def test_adopt_stops_what_the_store_does_not_call_running_and_reports_the_lost(d
     (data / "run" / "ghost.pid").write_text(f"{dead.pid}\n")
     ghost = job("ghost", *py("pass"))
 
-    b2 = LocalBackend(data, [0, 1], grace_s=5.0)
+    b2 = local(data, [0, 1], grace_s=5.0)
     exits = b2.adopt({"ghost": record(ghost, on("ghost", 1))}, 1.0)
     assert exits == [Exit("ghost", False, None, LOST)]
     assert b2.running() == frozenset()
@@ -280,7 +302,7 @@ def test_adopt_stops_what_the_store_does_not_call_running_and_reports_the_lost(d
 
 
 def test_adopt_starts_a_job_the_service_recorded_but_never_started(data: Path) -> None:
-    b = LocalBackend(data, [0])
+    b = local(data, [0])
     spec = job("late", *py("print('ran after all')"))
     assert b.adopt({"late": record(spec, on("late", 0))}, 1.0) == []
     assert exit_of(b, "late").ok
@@ -319,8 +341,9 @@ def test_the_cluster_is_one_node_named_after_the_host() -> None:
 
 
 def test_make_local_backend_maps_slots_to_the_gpus_given(tmp_path: Path) -> None:
-    b, cluster = make_local_backend(tmp_path / "data", None, {"gpus": [0], "stop_grace_s": 1})
+    b, cluster = make_local_backend(tmp_path / "data", None, {"gpus": [0], "stop_grace_s": 1, **AS_ME})
     assert (b.gpus, b.grace_s, cluster.total_gpus) == ((0,), 1.0, 1)
+    assert (b.user.name, b.max_log_bytes) == (ME, 64 * 1024 * 1024)
     assert b.devices(on("x", 0)) == [0]
 
 
@@ -331,7 +354,7 @@ def test_a_job_runs_through_the_service_on_the_local_backend(data: Path) -> None
 
     from rackscale.service.app import ServiceConfig
 
-    cfg = ServiceConfig(data_dir=data, backend="local", backend_options={"gpus": [0, 1]}, interval_s=0.01)
+    cfg = ServiceConfig(data_dir=data, backend="local", backend_options={"gpus": [0, 1], **AS_ME}, interval_s=0.01)
     with serve_in_thread(cfg) as live, live.client() as c:
         code = "import os;print(os.environ['CUDA_VISIBLE_DEVICES'])"
         r = c.post("/v1/jobs", json={"name": "hello", "kind": "batch", "gpus": 1, "command": [PY, "-c", code]})
@@ -353,7 +376,7 @@ def test_a_job_survives_a_service_restart_and_reports_its_exit_code(data: Path) 
 
     from rackscale.service.app import ServiceConfig
 
-    cfg = ServiceConfig(data_dir=data, backend="local", backend_options={"gpus": [0]}, interval_s=0.01)
+    cfg = ServiceConfig(data_dir=data, backend="local", backend_options={"gpus": [0], **AS_ME}, interval_s=0.01)
     body = {"name": "survivor", "kind": "batch", "gpus": 1, "command": [PY, "-c", WAIT_FOR_GO, "7"]}
     with serve_in_thread(cfg) as live, live.client() as c:
         assert c.post("/v1/jobs", json=body).status_code in (200, 201, 202)
@@ -381,7 +404,7 @@ def test_cancelling_through_the_service_kills_the_process(data: Path) -> None:
 
     from rackscale.service.app import ServiceConfig
 
-    cfg = ServiceConfig(data_dir=data, backend="local", backend_options={"gpus": [0]}, interval_s=0.01)
+    cfg = ServiceConfig(data_dir=data, backend="local", backend_options={"gpus": [0], **AS_ME}, interval_s=0.01)
     body = {"name": "doomed", "kind": "batch", "gpus": 1, "command": [PY, "-c", WAIT_FOR_GO, "0"]}
     with serve_in_thread(cfg) as live, live.client() as c:
         assert c.post("/v1/jobs", json=body).status_code in (200, 201, 202)

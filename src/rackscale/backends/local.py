@@ -7,12 +7,22 @@ GPUs 2 and 3). A job's ``command`` runs as an argv list, never through a shell, 
 small wrapper (:mod:`rackscale.backends.local_run`) that records the exit code in a file, so a service that
 was down when a job ended still learns how it ended.
 
-Files under the data directory:
+Isolation (a job's ``command`` and ``env`` come from a tenant): a service running as root runs jobs as an
+unprivileged user (``run_as``: ``rackscale-job`` if that user exists, else ``nobody``; never root unless
+``allow_root_jobs``) with no supplementary groups; the job's environment is built from scratch (not the
+service's); the wrapper runs ``python -I`` with an environment of its own, so nothing of the job's reaches
+it; the data directory is closed to jobs except each job's own work directory; each log is capped at
+``max_log_bytes``. A service that is not root runs jobs as its own user (and says so once).
 
-- ``logs/<job>.log``: the command's stdout and stderr (appended to when a preempted job runs again);
-- ``work/<job>/``: the command's working directory;
-- ``run/<job>.pid``: the wrapper's pid, which is also the job's process group;
-- ``run/<job>.exit``: ``"<wrapper pid> <returncode>"``, written by the wrapper when the command ends.
+Files under the data directory (mode 0711: jobs may pass through, not list it):
+
+- ``logs/<job>.log`` (0600; ``logs/`` 0700): the command's stdout and stderr, written by the wrapper
+  (appended to when a preempted job runs again), within the cap;
+- ``work/<job>/`` (0700, owned by the run-as user; ``work/`` 0711): the command's working directory;
+- ``run/`` (0700): ``<job>.pid``, the wrapper's pid, which is also the job's process group;
+  ``<job>.env``, the job's environment for the wrapper (deleted once read); ``<job>.exit``,
+  ``"<wrapper pid> <returncode> <log bytes dropped>"``, written by the wrapper when the command ends
+  (older wrappers wrote the first two fields only).
 
 The ``run/`` files of a job outlive its end by one ``poll`` (until the service has recorded the exit), so a
 crash in between is recovered from the exit file. POSIX only; the wrapper is recognised through ``/proc``.
@@ -22,11 +32,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import logging
 import os
+import pwd
 import re
 import signal
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,14 +56,21 @@ log = logging.getLogger("rackscale.backends.local")
 
 DEFAULT_GRACE_S = 10.0  # SIGTERM to SIGKILL
 KILL_WAIT_S = 5.0  # after SIGKILL, how long to wait for the group to vanish before forgetting it
-# The wrapper runs as a script (``python -P .../local_run.py``), not ``-m rackscale.backends.local_run``: that
+DEFAULT_MAX_LOG_BYTES = 64 * 1024 * 1024
+MIN_LOG_BYTES = 4096
+DEFAULT_JOB_USERS = ("rackscale-job", "nobody")  # the first that exists, when --run-as is not given
+# The wrapper runs as a script (``python -I .../local_run.py``), not ``-m rackscale.backends.local_run``: that
 # would import the package (pydantic and all) into a process that lives as long as the job: 33 MB and
-# ~0.12 s per job against 13 MB. ``-P`` keeps the script's directory off sys.path.
+# ~0.12 s per job against 13 MB. ``-I`` (isolated: no PYTHON* variables, no user site, the script's
+# directory off sys.path) and an environment of its own keep the job's env out of it.
 WRAPPER_SCRIPT = str(Path(local_run.__file__).resolve())
 WRAPPER_MODULE = "rackscale.backends.local_run"
+WRAPPER_ENV = {"PATH": os.defpath}
 GPU_HINT = "pass --gpus 0,1,... (the GPU indexes to use), or install nvidia-ml-py on a GPU machine"
 NO_COMMAND = "the job has no command; the local backend runs spec.command"
 LOST = "lost: the process is gone and left no exit code"
+ROOT_REFUSED = "refusing to run tenant jobs as root: pass --run-as USER (an unprivileged user), or --allow-root-jobs"
+TRUNCATED_MARKER = "[rackscale: log truncated:"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 
 
@@ -174,15 +194,120 @@ def local_cluster(gpus: int, model: str = "local", *, host: str | None = None) -
     return GPUCluster.from_nodes([decl], name=f"local-{host}")
 
 
+# ---------------------------------------------------------------------- the user jobs run as
+@dataclass(frozen=True, slots=True)
+class JobUser:
+    """Who jobs run as. ``switch``: the service is root and the wrapper starts the command as this user
+    (with no supplementary groups); otherwise jobs run as the service's own user."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+    switch: bool
+
+
+def _lookup_user(name: str) -> pwd.struct_passwd:
+    with contextlib.suppress(KeyError):
+        return pwd.getpwnam(name)
+    if name.isdigit():
+        with contextlib.suppress(KeyError):
+            return pwd.getpwuid(int(name))
+    raise LocalBackendError(
+        f"--run-as {name}: no such user; name an existing unprivileged user, or create one "
+        "(e.g. useradd --system --no-create-home --shell /usr/sbin/nologin rackscale-job)"
+    )
+
+
+def resolve_run_as(run_as: str | None, *, allow_root_jobs: bool = False, euid: int | None = None) -> JobUser:
+    """The user jobs run as (see :class:`JobUser`). ``euid``: the service's (default: this process's).
+
+    As root: ``run_as``, else ``rackscale-job`` if it exists, else ``nobody``; root only with
+    ``allow_root_jobs``. Not root: the service's own user (naming another one is an error: it needs root).
+    """
+    euid = os.geteuid() if euid is None else euid
+    if euid != 0:
+        try:
+            me = pwd.getpwuid(euid)
+            mine = JobUser(me.pw_name, euid, me.pw_gid, me.pw_dir, switch=False)
+        except KeyError:  # no passwd entry (a container's arbitrary uid)
+            mine = JobUser(str(euid), euid, os.getegid(), "", switch=False)
+        if run_as is not None and _lookup_user(run_as).pw_uid != euid:
+            raise LocalBackendError(
+                f"--run-as {run_as}: running jobs as another user needs the service to run as root (it runs as "
+                f"{mine.name}); drop --run-as to run jobs as {mine.name}, or start the service as root"
+            )
+        return mine
+    if run_as is not None:
+        pw = _lookup_user(run_as)
+    else:
+        for name in DEFAULT_JOB_USERS:
+            with contextlib.suppress(KeyError):
+                pw = pwd.getpwnam(name)
+                break
+        else:
+            raise LocalBackendError(
+                "no user to run jobs as: neither rackscale-job nor nobody exists; create rackscale-job "
+                "(useradd --system --no-create-home --shell /usr/sbin/nologin rackscale-job) or pass --run-as USER"
+            )
+    if pw.pw_uid == 0 and not allow_root_jobs:
+        raise LocalBackendError(ROOT_REFUSED)
+    return JobUser(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir, switch=True)
+
+
+def _can_enter(path: Path, uid: int, gid: int) -> bool:
+    """``path`` is a directory that ``uid`` (with group ``gid`` and no other) may reach: every directory
+    from ``/`` down to it is searchable by that user (mode bits only; ACLs are not read)."""
+    try:
+        p = path.resolve(strict=True)
+        if not p.is_dir():
+            return False
+        for d in (p, *p.parents):
+            st = os.stat(d)
+            if uid == 0:
+                continue
+            bit = stat.S_IXUSR if st.st_uid == uid else stat.S_IXGRP if st.st_gid == gid else stat.S_IXOTH
+            if not st.st_mode & bit:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _check_log_cap(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < MIN_LOG_BYTES:
+        raise LocalBackendError(
+            f"--max-log-bytes must be a whole number of bytes >= {MIN_LOG_BYTES} (got {value!r}); "
+            f"e.g. --max-log-bytes {DEFAULT_MAX_LOG_BYTES} (64 MiB)"
+        )
+    return value
+
+
 def make_local_backend(
     data_dir: Path, cluster: GPUCluster | None, options: Mapping[str, object]
 ) -> tuple[LocalBackend, GPUCluster]:
-    """The service's factory. Options: ``gpus`` (GPU indexes), ``stop_grace_s`` (SIGTERM to SIGKILL, s)."""
-    gpus, model = discover_gpus(options, cluster)
+    """The service's factory. Options: ``gpus`` (GPU indexes), ``stop_grace_s`` (SIGTERM to SIGKILL, s),
+    ``run_as`` (user name), ``allow_root_jobs`` (bool), ``max_log_bytes`` (int)."""
     grace = options.get("stop_grace_s", DEFAULT_GRACE_S)
     if not isinstance(grace, int | float) or isinstance(grace, bool) or grace < 0:
-        raise LocalBackendError(f"stop_grace_s must be a number of seconds >= 0 (got {grace!r})")
-    return LocalBackend(data_dir, gpus, grace_s=float(grace)), local_cluster(len(gpus), model)
+        raise LocalBackendError(f"--stop-grace must be a number of seconds >= 0 (got {grace!r}); e.g. --stop-grace 10")
+    run_as = options.get("run_as")
+    if run_as is not None and (not isinstance(run_as, str) or not run_as.strip()):
+        raise LocalBackendError(f"--run-as must name a user (got {run_as!r}); e.g. --run-as rackscale-job")
+    allow_root = options.get("allow_root_jobs", False)
+    if not isinstance(allow_root, bool):
+        raise LocalBackendError(f"--allow-root-jobs is a flag, true or false (got {allow_root!r}); leave it off")
+    cap = _check_log_cap(options.get("max_log_bytes", DEFAULT_MAX_LOG_BYTES))
+    gpus, model = discover_gpus(options, cluster)
+    backend = LocalBackend(
+        data_dir,
+        gpus,
+        grace_s=float(grace),
+        run_as=run_as.strip() if isinstance(run_as, str) else None,
+        allow_root_jobs=allow_root,
+        max_log_bytes=cap,
+    )
+    return backend, local_cluster(len(gpus), model)
 
 
 # ---------------------------------------------------------------------- processes
@@ -218,9 +343,38 @@ def _read_int_file(path: Path) -> list[int] | None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    """Write ``path`` (mode 0600) through a temporary file and a rename."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode("utf-8"))
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
     os.replace(tmp, path)
+
+
+def _exec_string(value: str, what: str) -> str:
+    """``value`` as it will reach exec: its bytes (the filesystem encoding) decoded as UTF-8 with
+    surrogateescape, which the wrapper turns back into the same bytes. Raises ValueError for a NUL byte,
+    UnicodeEncodeError for what cannot be encoded (a lone surrogate)."""
+    raw = os.fsencode(value)
+    if b"\0" in raw:
+        raise ValueError(f"{what} contains a NUL byte")
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _exec_env(env: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in env.items():
+        if not key or "=" in key:
+            raise ValueError(f"the environment variable name {key!r} is not valid (empty, or holds '=')")
+        name = _exec_string(key, f"the environment variable name {key!r}")
+        out[name] = _exec_string(value, f"the value of the environment variable {key}")
+    return out
 
 
 def _child_ended(pid: int) -> bool | None:
@@ -244,13 +398,13 @@ def _reap(pid: int) -> int | None:
     return os.waitstatus_to_exitcode(status) if got else None
 
 
-def _spawn(argv: list[str], env: Mapping[str, str], log_file: Path) -> int:
+def _spawn(argv: list[str], env: Mapping[str, str], log_fd: int) -> int:
     """Start ``argv`` in a new session (its own process group) with stdin from /dev/null and stdout and
-    stderr appended to ``log_file``; the pid. Not ``subprocess.Popen``: the backend reaps its children
-    itself, and a restart leaves them running, which a Popen object would warn about."""
+    stderr on ``log_fd``; the pid. Not ``subprocess.Popen``: the backend reaps its children itself, and a
+    restart leaves them running, which a Popen object would warn about."""
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, str(log_file), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
+        (os.POSIX_SPAWN_DUP2, log_fd, 1),
         (os.POSIX_SPAWN_DUP2, 1, 2),
     ]
     # Signals the service ignores (Python ignores SIGPIPE) would stay ignored across exec: reset them.
@@ -334,6 +488,14 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
+def _size(n: int) -> str:
+    """12.3 MiB, 64 MiB, 512 bytes."""
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k:
+            return f"{n / k:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{n} byte" + ("" if n == 1 else "s")
+
+
 def last_log_line(path: Path, *, limit: int = 200) -> str:
     """The last non-blank line of a log (read from its last 8 KiB), cut to ``limit`` characters."""
     try:
@@ -352,7 +514,10 @@ def last_log_line(path: Path, *, limit: int = 200) -> str:
 
 
 class LocalBackend:
-    """Runs each job's ``command`` on this machine's GPUs ``gpus`` (physical indexes, by node slot)."""
+    """Runs each job's ``command`` on this machine's GPUs ``gpus`` (physical indexes, by node slot), as the
+    user :func:`resolve_run_as` picks from ``run_as`` and ``allow_root_jobs``, each log within
+    ``max_log_bytes``. Raises :class:`LocalBackendError` if that user cannot be used or the data directory
+    cannot be set up."""
 
     name = "local"
 
@@ -363,16 +528,44 @@ class LocalBackend:
         *,
         grace_s: float = DEFAULT_GRACE_S,
         python: str = sys.executable,
+        run_as: str | None = None,
+        allow_root_jobs: bool = False,
+        max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.gpus = tuple(gpus)
         self.grace_s = grace_s
         self.python = python
+        self.max_log_bytes = _check_log_cap(max_log_bytes)
+        self.user = resolve_run_as(run_as, allow_root_jobs=allow_root_jobs)
         self.run_dir = self.data_dir / "run"
         self.logs_dir = self.data_dir / "logs"
         self.work_dir = self.data_dir / "work"
-        for d in (self.run_dir, self.logs_dir, self.work_dir):
-            d.mkdir(parents=True, exist_ok=True)
+        # Jobs may pass through the data dir and work/ (to their own work dir), and nothing more.
+        for d, mode in ((self.data_dir, 0o711), (self.run_dir, 0o700), (self.logs_dir, 0o700), (self.work_dir, 0o711)):
+            try:
+                d.mkdir(mode=0o700, parents=True, exist_ok=True)
+                os.chmod(d, mode)
+            except OSError as e:
+                raise LocalBackendError(
+                    f"cannot set up {d} (mode {mode:o}): {e}; --data-dir must be a directory the service owns"
+                ) from e
+        u = self.user
+        self._home = u.home if u.home and _can_enter(Path(u.home), u.uid, u.gid) else None
+        if not u.switch:
+            log.warning(
+                "the service does not run as root: jobs run as its own user %s and can read whatever it can "
+                "(its store, its tokens file, every job's files); run the service as root to run them as an "
+                "unprivileged user (--run-as)",
+                u.name,
+            )
+        elif not _can_enter(self.work_dir, u.uid, u.gid):
+            log.warning(
+                "user %s (jobs run as it) cannot search a directory above %s: jobs start in their work directory "
+                "but cannot reach it by its path; give the directories above --data-dir o+x, or move it",
+                u.name,
+                self.work_dir,
+            )
         self._runs: dict[str, _Run] = {}
         self._stopping: list[_Stopping] = []
         self._pending: list[Exit] = []  # failures found at start, reported by the next poll
@@ -387,6 +580,24 @@ class LocalBackend:
 
     def exit_path(self, job: str) -> Path:
         return self.run_dir / f"{job}.exit"
+
+    def env_path(self, job: str) -> Path:
+        return self.run_dir / f"{job}.env"
+
+    def job_env(self, job: str, devices: Sequence[int], spec_env: Mapping[str, str]) -> dict[str, str]:
+        """The job's environment: a base (PATH, LANG, LC_ALL and TZ from the service when set; HOME, USER and
+        LOGNAME of the run-as user), then the job's ``env``, then the GPU variables and RACKSCALE_JOB."""
+        env = {"PATH": os.environ.get("PATH") or os.defpath}
+        for key in ("LANG", "LC_ALL", "TZ"):
+            if key in os.environ:
+                env[key] = os.environ[key]
+        env["HOME"] = self._home or str(self.work_dir / job)
+        env["USER"] = env["LOGNAME"] = self.user.name
+        env.update(spec_env)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's indexes = NVML's = nvidia-smi's
+        env["RACKSCALE_JOB"] = job
+        return env
 
     def running(self) -> frozenset[str]:
         return frozenset(self._runs)
@@ -414,9 +625,9 @@ class LocalBackend:
             pid_file, exit_file = self.pid_path(job), self.exit_path(job)
             pid = _read_int_file(pid_file)
             ended = _read_int_file(exit_file)
-            if ended is not None and len(ended) == 2 and (not pid or pid[0] == ended[0]):
+            if ended is not None and len(ended) in (2, 3) and (not pid or pid[0] == ended[0]):
                 _reap(ended[0])  # only if it is our child: a restart inside one process (tests)
-                exits.append(self._exit_of(job, ended[1]))
+                exits.append(self._exit_of(job, ended[1], ended[2] if len(ended) == 3 else 0))
                 self._reported.append((job, ended[0]))
             elif pid and _is_our_wrapper(pid[0], exit_file):
                 self._runs[job] = _Run(job, pid[0])
@@ -440,7 +651,7 @@ class LocalBackend:
                 if pid:
                     _reap(pid[0])
                 self._remove_files(job, None)
-        for path in sorted(self.run_dir.glob("*.exit")):
+        for path in sorted([*self.run_dir.glob("*.exit"), *self.run_dir.glob("*.env")]):
             if path.stem not in running and not self.pid_path(path.stem).exists():
                 path.unlink(missing_ok=True)
         return exits + self._check(now)
@@ -461,37 +672,63 @@ class LocalBackend:
         except ValueError as e:
             self._pending.append(Exit(job, False, None, f"cannot run here: {e}"))
             return
-        env = dict(os.environ)
-        env.update(dict(spec.env))
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's indexes = NVML's = nvidia-smi's
-        env["RACKSCALE_JOB"] = job
-        pid_file, exit_file = self.pid_path(job), self.exit_path(job)
-        work = self.work_dir / job
-        argv = [
-            self.python,
-            "-P",
-            WRAPPER_SCRIPT,
-            "--exit-file",
-            str(exit_file),
-            "--pid-file",
-            str(pid_file),
-            "--cwd",
-            str(work),
-            "--",
-            *spec.command,
-        ]
         try:
-            work.mkdir(parents=True, exist_ok=True)
-            exit_file.unlink(missing_ok=True)
-            _write_atomic(pid_file, "")  # "starting": an empty pid file tells a restart the start was cut short
-            pid = _spawn(argv, env, self.log_path(job))
-            _write_atomic(pid_file, f"{pid}\n")
-        except OSError as e:
-            self._pending.append(Exit(job, False, None, f"cannot start the job: {e}"))
+            pid = self._launch(spec, devices)
+        except Exception as e:  # the job's own problem (a NUL byte, an unencodable string, a full disk...)
+            log.warning("start: cannot start %s: %s: %s", job, type(e).__name__, e)
+            self._abandon(job)
+            self._pending.append(Exit(job, False, None, f"cannot start the job: {type(e).__name__}: {e}"))
             return
+        log.info("started %s (pid %d) on GPUs %s as %s: %s", job, pid, devices, self.user.name, list(spec.command))
+
+    def _launch(self, spec: JobSpec, devices: Sequence[int]) -> int:
+        """Prepare the job's files and start its wrapper; the wrapper's pid (the run is tracked from then)."""
+        job = spec.name
+        command = [_exec_string(a, f"argument {i} of the command") for i, a in enumerate(spec.command)]
+        env = _exec_env(self.job_env(job, devices, dict(spec.env)))
+        pid_file, exit_file, env_file = self.pid_path(job), self.exit_path(job), self.env_path(job)
+        work = self.work_dir / job
+        argv = [self.python, "-I", WRAPPER_SCRIPT, "--exit-file", str(exit_file), "--pid-file", str(pid_file)]
+        argv += ["--cwd", str(work), "--env-file", str(env_file), "--max-log-bytes", str(self.max_log_bytes)]
+        if self.user.switch:
+            argv += ["--user", str(self.user.uid), "--group", str(self.user.gid)]
+        argv += ["--", *command]
+        self._prepare_work_dir(work)
+        exit_file.unlink(missing_ok=True)
+        _write_atomic(pid_file, "")  # "starting": an empty pid file tells a restart the start was cut short
+        _write_atomic(env_file, json.dumps(env))
+        log_fd = os.open(
+            self.log_path(job), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+        try:
+            os.fchmod(log_fd, 0o600)
+            pid = _spawn(argv, WRAPPER_ENV, log_fd)
+        finally:
+            os.close(log_fd)
         self._runs[job] = _Run(job, pid)
-        log.info("started %s (pid %d) on GPUs %s: %s", job, pid, devices, list(spec.command))
+        _write_atomic(pid_file, f"{pid}\n")
+        return pid
+
+    def _prepare_work_dir(self, work: Path) -> None:
+        """``work/<job>/``: a directory (never a link), mode 0700, owned by the run-as user."""
+        work.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(work)
+        if not stat.S_ISDIR(st.st_mode):
+            raise NotADirectoryError(f"{work} is not a directory")
+        u = self.user
+        if u.switch and (st.st_uid, st.st_gid) != (u.uid, u.gid):
+            os.chown(work, u.uid, u.gid, follow_symlinks=False)
+        os.chmod(work, 0o700)
+
+    def _abandon(self, job: str) -> None:
+        """A start failed: kill its wrapper if it got that far, and drop its run/ files."""
+        run = self._runs.pop(job, None)
+        if run is not None:
+            _signal_group(run.pid, signal.SIGKILL)
+            clock = time.monotonic()
+            self._stopping.append(_Stopping(job, run.pid, clock, killed_at=clock))  # reaped by _escalate
+        with contextlib.suppress(OSError):
+            self._remove_files(job, None)
 
     def stop(self, job: str, *, now: float) -> None:
         self._pending = [e for e in self._pending if e.job != job]
@@ -534,23 +771,27 @@ class LocalBackend:
         _signal_group(run.pid, signal.SIGKILL)  # before reaping: an unreaped wrapper holds the group id
         status = _reap(run.pid)
         ended = _read_int_file(exit_file)
-        if ended is not None and len(ended) == 2 and ended[0] == run.pid:
-            return self._exit_of(run.job, ended[1])
+        if ended is not None and len(ended) in (2, 3) and ended[0] == run.pid:
+            return self._exit_of(run.job, ended[1], ended[2] if len(ended) == 3 else 0)
         if status is not None and status < 0:
             return Exit(run.job, False, 128 - status, f"the job's wrapper was killed by signal {_signal_name(-status)}")
         if status is not None:
             return Exit(run.job, False, None, f"the job's wrapper ended ({status}) without recording an exit code")
         return Exit(run.job, False, None, LOST)
 
-    def _exit_of(self, job: str, code: int) -> Exit:
+    def _exit_of(self, job: str, code: int, dropped: int = 0) -> Exit:
+        """The exit for a returncode, and the log bytes the wrapper dropped at the cap."""
+        note = f" (log truncated: {_size(dropped)} dropped at the {_size(self.max_log_bytes)} cap)" if dropped else ""
         if code == 0:
-            return Exit(job, True, 0, "exit code 0")
+            return Exit(job, True, 0, f"exit code 0{note}")
         last = last_log_line(self.log_path(job))
+        if last.startswith(TRUNCATED_MARKER):  # nothing of this run's output was kept
+            last = ""
         if code < 0:
             head, exit_code = f"killed by signal {_signal_name(-code)}", 128 - code
         else:
             head, exit_code = f"exit code {code}", code
-        return Exit(job, False, exit_code, f"{head}: {last}" if last else head)
+        return Exit(job, False, exit_code, (f"{head}: {last}" if last else head) + note)
 
     def _terminate(self, job: str, pid: int) -> None:
         _signal_group(pid, signal.SIGTERM)
@@ -586,3 +827,14 @@ class LocalBackend:
             got = _read_int_file(path)
             if pid is None or not got or got[0] == pid:
                 path.unlink(missing_ok=True)
+        self.env_path(job).unlink(missing_ok=True)  # normally deleted by the wrapper once read
+
+    def orphans(self) -> list[str]:
+        """Before ``adopt``: the jobs whose wrapper still runs from an earlier start (a run/<job>.pid whose
+        process is alive and is that job's wrapper). The service refuses to adopt them onto a new store."""
+        out: list[str] = []
+        for path in sorted(self.run_dir.glob("*.pid")):
+            pid = _read_int_file(path)
+            if pid and _is_our_wrapper(pid[0], self.exit_path(path.stem)):
+                out.append(path.stem)
+        return out
