@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -255,3 +256,159 @@ def test_any_text_gives_a_value_or_a_spec_error(text: str) -> None:
         assert all(isinstance(j, JobSpec) for j in jobs)
     except SpecError as err:
         assert err.problems and err.source == "<string>"
+
+
+# ------------------------------------------------------------------------------------------ bounds
+def laughs(width: int = 9, levels: int = 9, *, style: str = "list", indent: str = "") -> str:
+    """A "billion laughs": each anchor holds ``width`` aliases of the one before (``width**levels`` values)."""
+
+    def collection(items: list[str]) -> str:
+        if style == "map":
+            return "{" + ", ".join(f"k{i}: {v}" for i, v in enumerate(items)) + "}"
+        if style == "mixed":
+            return "[" + ", ".join(f"{{k: {v}}}" for v in items) + "]"
+        return "[" + ", ".join(items) + "]"
+
+    lines = [f"l0: &l0 {collection(['lol'] * width)}"]
+    lines += [f"l{i}: &l{i} {collection([f'*l{i - 1}'] * width)}" for i in range(1, levels)]
+    return "".join(f"{indent}{line}\n" for line in lines)
+
+
+ALIAS_BOMBS = {
+    "lists-9x9": laughs(),
+    "mappings-9x9": laughs(style="map"),
+    "lists-of-mappings": laughs(style="mixed"),
+    "deep-and-narrow-2x30": laughs(2, 30),
+    "wide-2000-aliases-of-1000": "a: &a [" + ", ".join(["x"] * 1000) + "]\nb: [" + ", ".join(["*a"] * 2000) + "]\n",
+    "in-a-job-metadata-labels": "apiVersion: rackscale.io/v1\nkind: Job\nmetadata:\n  name: lol\n  labels:\n"
+    + laughs(indent="    ")
+    + "spec: {kind: training, gpus: 8}\n",
+    "second-document": yaml.safe_dump(JOB_A) + "---\n" + laughs(),
+    "json-looking-yaml": "[" + laughs(style="map").replace("\n", ", ").rstrip(", ") + "]",
+}
+EXPANDS = "the YAML expands to more than 1,000,000 values through aliases (&anchor / *alias)"
+DEEP = "the document nests lists and mappings more than 64 levels deep"
+
+
+@pytest.mark.parametrize("text", list(ALIAS_BOMBS.values()), ids=list(ALIAS_BOMBS))
+def test_alias_bombs_are_refused_before_they_expand(text: str) -> None:
+    """9**9 values from a few hundred bytes once took 3 GB and 39 s; now one walk of the nodes refuses it."""
+    for parse in (parse_jobs_text, parse_cluster_text):
+        with pytest.raises(SpecError) as info:
+            parse(text, source="bomb.yaml")
+        (problem,) = info.value.problems
+        assert problem.message == EXPANDS, str(info.value)
+        assert problem.line is not None and "(fix: " in str(info.value)
+        assert str(info.value).startswith(f"bomb.yaml:{problem.line}: ")
+
+
+def test_the_alias_bound_line_is_the_document_that_expands() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_jobs_text(ALIAS_BOMBS["second-document"], source="j.yaml")
+    assert info.value.problems[0].line == 5  # JOB_A takes 3 lines, then `---`
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("defaults: &d {kind: training, gpus: 8}\njobs:\n" + "  - *d\n" * 50, id="few"),
+        pytest.param("a: &a [" + ", ".join(["x"] * 1000) + "]\nb: [" + ", ".join(["*a"] * 900) + "]\n", id="900k"),
+        pytest.param(yaml.safe_dump({"items": [{"v": list(range(10))} for _ in range(120_000)]}), id="big-no-alias"),
+    ],
+)
+def test_aliases_and_big_documents_within_the_bound_still_load(text: str) -> None:
+    """The bound counts values *gained* through aliases: a large document without aliases is fine."""
+    from rackscale.loaders import _documents
+
+    assert _documents(text, "ok.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        pytest.param("[" * 65 + "]" * 65, 1, id="flow-lists-65"),
+        pytest.param("{a: " * 65 + "1" + "}" * 65, 1, id="flow-mappings-65"),
+        pytest.param("".join("  " * i + f"k{i}:\n" for i in range(70)) + "  " * 70 + "v\n", 65, id="block-70"),
+        pytest.param("- " * 80 + "x\n", 1, id="block-sequence-80"),
+        pytest.param("[" * 5000 + "]" * 5000, 1, id="json-5000"),
+        pytest.param("a: " + "[" * 5000 + "]" * 5000, 1, id="yaml-5000"),
+        pytest.param("a: &a " + "[" * 40 + "]" * 40 + "\nb: " + "[" * 30 + "*a" + "]" * 30 + "\n", 2, id="via-alias"),
+    ],
+)
+def test_deep_nesting_is_a_clear_error(text: str, line: int | None) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_jobs_text(text, source="deep.yaml")
+    (problem,) = info.value.problems
+    assert problem.message == DEEP and problem.line == line, str(info.value)
+    assert problem.fix == "flatten the document"
+
+
+def test_64_levels_are_still_read() -> None:
+    from rackscale.loaders import _documents
+
+    ((data, _node),) = _documents("[" * 64 + "]" * 64, "ok.yaml")
+    assert isinstance(data, list)
+
+
+@pytest.mark.parametrize(
+    "text", ["a: &a [1, *a]\n", "a: &a {b: [1, {c: *a}]}\n", "&a [*a]"], ids=["list", "nested-map", "root"]
+)
+def test_an_alias_inside_its_own_anchor_is_refused(text: str) -> None:
+    with pytest.raises(SpecError, match="refers to a list or mapping that holds it") as info:
+        parse_jobs_text(text, source="loop.yaml")
+    assert info.value.problems[0].line == 1
+
+
+def test_a_text_over_64_mib_is_refused_naming_its_size(tmp_path: Path) -> None:
+    from rackscale.loaders import MAX_TEXT_CHARS
+
+    text = "#" * (MAX_TEXT_CHARS + 2**20)
+    with pytest.raises(SpecError, match=r"the text is 65 MiB, more than the 64 MiB a spec or config file may hold"):
+        parse_jobs_text(text, source="big.yaml")
+    f = tmp_path / "big.yaml"
+    f.write_text(text)
+    for load in (load_jobs, load_cluster, load_any):
+        with pytest.raises(SpecError, match=r"big.yaml: the text is 65 MiB, more than the 64 MiB"):
+            load(f)
+
+
+def test_a_device_without_a_size_is_read_only_up_to_the_limit() -> None:
+    if not Path("/dev/zero").exists():
+        pytest.skip("no /dev/zero")
+    with pytest.raises(SpecError, match=r"/dev/zero: the text is more than 64 MiB"):
+        load_jobs("/dev/zero")
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("server: http://x:8080\ntoken: abc\n", {"server": "http://x:8080", "token": "abc"}),
+        ("", None),
+        ("~\n", None),
+        ("token: 123e45\n", {"token": "123e45"}),  # yaml.safe_load's YAML 1.1: a string, as before
+        ("a: &a [1, 2]\nb: *a\n", {"a": [1, 2], "b": [1, 2]}),
+    ],
+    ids=["mapping", "empty", "null", "yaml-1.1-exponent", "small-alias"],
+)
+def test_safe_load_bounded_reads_like_safe_load(text: str, value: Any) -> None:
+    from rackscale.loaders import safe_load_bounded
+
+    assert safe_load_bounded(text, "cfg.yaml") == value == yaml.safe_load(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (laughs(), EXPANDS),
+        ("[" * 65 + "]" * 65, DEEP),
+        ("a: [\n", "invalid YAML"),
+        ("a: 1\n---\nb: 2\n", "expected a single document"),
+    ],
+    ids=["alias-bomb", "deep", "syntax", "two-documents"],
+)
+def test_safe_load_bounded_refuses_with_a_spec_error(text: str, says: str) -> None:
+    from rackscale.loaders import safe_load_bounded
+
+    with pytest.raises(SpecError, match=re.escape(says)) as info:
+        safe_load_bounded(text, "tokens.yaml")
+    assert str(info.value).startswith("tokens.yaml")

@@ -254,3 +254,44 @@ def test_nan_and_huge_numbers_in_json() -> None:
         text = json.dumps({"name": "x", "kind": "training", "gpus": value, "priority": value})
         _call(parse_jobs_text, text)
         _call(job_from_dict, json.loads(text))
+
+
+# ------------------------------------------------------------------------------------------ alias graphs
+@st.composite
+def alias_graphs(draw: st.DrawFn) -> tuple[str, int, int]:
+    """A document of anchors ``a0..aN``, each a list or mapping of scalars and aliases of earlier anchors;
+    with the values it expands to beyond its distinct nodes, and its depth, counted here independently."""
+    lines: list[str] = []
+    sizes: list[int] = []  # values anchor i expands to, itself included
+    depths: list[int] = []
+    total, distinct = 1, 1  # the root mapping
+    for i in range(draw(st.integers(1, 10))):
+        refs = draw(st.lists(st.integers(-1, i - 1), min_size=1, max_size=30))  # -1: a plain scalar
+        refs *= draw(st.sampled_from([1, 1, 10, 100]))  # wide ones reach the bound in a few levels
+        items = ["x" if r < 0 else f"*a{r}" for r in refs]
+        as_map = draw(st.booleans())
+        size = 1 + sum(1 if r < 0 else sizes[r] for r in refs) + (len(refs) if as_map else 0)
+        own = 1 + refs.count(-1) + (len(refs) if as_map else 0)  # new nodes: itself, its scalars, its keys
+        body = "{" + ", ".join(f"k{j}: {v}" for j, v in enumerate(items)) + "}" if as_map else f"[{', '.join(items)}]"
+        lines.append(f"a{i}: &a{i} {body}")
+        sizes.append(size)
+        depths.append(1 + max((depths[r] for r in refs if r >= 0), default=0))
+        total += 1 + size  # its key and itself
+        distinct += 1 + own
+    return "\n".join(lines) + "\n", total - distinct, 1 + max(depths)
+
+
+@FUZZ
+@given(alias_graphs())
+def test_alias_bound_counts_exactly_the_values_aliases_add(graph: tuple[str, int, int]) -> None:
+    from rackscale.loaders import MAX_ALIAS_VALUES, safe_load_bounded
+
+    text, gained, depth = graph
+    assert depth <= 64
+    try:
+        safe_load_bounded(text, "g.yaml")
+    except SpecError as err:
+        assert gained > MAX_ALIAS_VALUES, str(err)
+        assert "expands to more than 1,000,000 values through aliases" in str(err)
+    else:
+        assert gained <= MAX_ALIAS_VALUES

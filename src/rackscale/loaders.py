@@ -21,12 +21,31 @@ from rackscale.model.specs import CLUSTER_KINDS, cluster_from_dict, job_from_dic
 from rackscale.model.topology import GPUCluster
 from rackscale.model.workload import JobSpec
 
-__all__ = ["SpecError", "load_any", "load_cluster", "load_jobs", "parse_cluster_text", "parse_jobs_text"]
+__all__ = [
+    "MAX_ALIAS_VALUES",
+    "MAX_DEPTH",
+    "MAX_TEXT_CHARS",
+    "SpecError",
+    "load_any",
+    "load_cluster",
+    "load_jobs",
+    "parse_cluster_text",
+    "parse_jobs_text",
+    "safe_load_bounded",
+]
 
 Loc = tuple[str | int, ...]
 
+# Bounds on what one text may make the loader do (a spec file, a job stream, a config or token file).
+MAX_TEXT_CHARS = 64 * 1024 * 1024  # 64 MiB of text (characters; a file's bytes are checked before reading)
+MAX_ALIAS_VALUES = 1_000_000  # values a document may gain through aliases (*alias repeats an &anchor's values)
+MAX_DEPTH = 64  # lists and mappings nested in one another
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+
+_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_SafeLoader):  # type: ignore[misc,valid-type]
     """``yaml.safe_load``'s loader (in C when available: job traces can hold thousands of documents),
     plus YAML 1.2's exponent floats: YAML 1.1 reads ``2.0e10`` or ``1e9`` as *strings*, a trap in specs
     full of byte counts. Registered on this subclass only; ``yaml.SafeLoader`` is left as it is."""
@@ -101,6 +120,20 @@ def read_text(path: str | os.PathLike[str]) -> str:
     return _read(path)
 
 
+def safe_load_bounded(text: str, source: str = "<string>") -> Any:
+    """``yaml.safe_load(text)`` (YAML 1.1, one document, None when empty) within the loader's bounds: at
+    most :data:`MAX_TEXT_CHARS` of text, :data:`MAX_ALIAS_VALUES` values gained through aliases and
+    :data:`MAX_DEPTH` levels of nesting. For the YAML files that are not specs (config, tokens).
+
+    Raises :class:`SpecError` naming ``source`` (and the line) for bad YAML or a text over a bound."""
+    try:
+        _check_size(text)
+        docs = _yaml_documents(text, _SafeLoader, single=True)
+    except SpecError as err:
+        raise SpecError(err.problems, source) from None
+    return docs[0][0] if docs else None
+
+
 def parse_job_documents(text: str, *, source: str = "<string>") -> list[tuple[JobSpec, dict[str, Any]]]:
     """Like :func:`parse_jobs_text`, each job with the document it came from (what a client sends to the
     service), in file order."""
@@ -142,11 +175,34 @@ def _jobs(docs: list[Document], source: str, priority_classes: Mapping[str, int]
 Document = tuple[Any, "yaml.Node | None"]
 
 
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n % 2**20 else f"{n // 2**20} MiB"
+
+
+def _too_big(size: str) -> SpecProblem:
+    return SpecProblem(
+        (),
+        f"the text is {size}, more than the {_mib(MAX_TEXT_CHARS)} a spec or config file may hold",
+        "split it into several files (a job stream can be read file by file)",
+    )
+
+
+def _check_size(text: str) -> None:
+    if len(text) > MAX_TEXT_CHARS:
+        raise SpecError([_too_big(_mib(len(text)))])
+
+
 def _read(path: str | os.PathLike[str]) -> str:
     source = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as f:
-            return f.read()
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_TEXT_CHARS:  # a regular file: its size is known without reading it
+                raise SpecError([_too_big(_mib(size))], source)
+            text = f.read(MAX_TEXT_CHARS + 1)  # a pipe or a device (/dev/zero) has no size: read a bounded part
+            if len(text) > MAX_TEXT_CHARS:
+                raise SpecError([_too_big(f"more than {_mib(MAX_TEXT_CHARS)}")], source)
+            return text
     except FileNotFoundError:
         problem = SpecProblem((), "file not found", f"check the path (relative paths start at {os.getcwd()})")
     except UnicodeDecodeError as err:
@@ -158,6 +214,10 @@ def _read(path: str | os.PathLike[str]) -> str:
 
 def _documents(text: str, source: str) -> list[Document]:
     """The non-empty documents of ``text`` with their YAML nodes (for line numbers; None if unknown)."""
+    try:
+        _check_size(text)
+    except SpecError as err:
+        raise SpecError(err.problems, source) from None
     if text.lstrip().startswith(("{", "[")):
         # JSON first: PyYAML rejects some valid JSON (tab indentation), and JSON's errors read better.
         try:
@@ -167,11 +227,17 @@ def _documents(text: str, source: str) -> list[Document]:
                 (), f"invalid JSON: {err.msg} at column {err.colno}", "check commas, quotes and brackets", err.lineno
             )
         except RecursionError:
-            json_error = SpecProblem((), "invalid JSON: nested too deeply", "flatten the document")
+            json_error = _too_deep(None)
         else:
-            return [(data, _compose(text))]
+            node = _compose(text)
+            problem = _bounds(node) if node is not None else _data_depth(data)
+            if problem is not None:
+                raise SpecError([problem], source)
+            return [(data, node)]
         try:
             return _yaml_documents(text)
+        except _OverBound as err:  # valid YAML, but over a bound: say that
+            raise SpecError(err.problems, source) from None
         except SpecError:
             raise SpecError([json_error], source) from None  # meant as JSON: its error is the useful one
     try:
@@ -180,30 +246,142 @@ def _documents(text: str, source: str) -> list[Document]:
         raise SpecError(err.problems, source) from None
 
 
-def _yaml_documents(text: str) -> list[Document]:
-    loader = _Loader(text)
+def _yaml_documents(
+    text: str, loader_class: type[yaml.SafeLoader] = _Loader, *, single: bool = False
+) -> list[Document]:
+    """The documents of ``text``, each checked against the bounds (:func:`_bounds`) between composing
+    its node graph and constructing its values. ``single``: one document at most, kept even when it is
+    empty (``yaml.safe_load``'s rules)."""
+    loader = loader_class(text)
     docs: list[Document] = []
     try:
-        while loader.check_node():
-            node = loader.get_node()
+        while single or loader.check_node():
+            node = loader.get_single_node() if single else loader.get_node()
+            if node is None:  # single, and the text holds no document
+                break
+            problem = _bounds(node)
+            if problem is not None:
+                raise _OverBound([problem])
             data = loader.construct_document(node)
-            if data is not None:  # an empty document (a stray `---`) holds nothing
+            if data is not None or single:  # an empty document (a stray `---`) holds nothing
                 docs.append((data, node))
+            if single:
+                break
+    except SpecError:
+        raise
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
+        if err.problem and "maximum nesting depth" in err.problem:  # libyaml stops at 1000 levels
+            raise _OverBound([_too_deep(mark.line + 1 if mark else None)]) from None
         what = err.problem or "syntax error"
         if err.context:
             what += f" ({err.context})"
         col = f" at column {mark.column + 1}" if mark else ""
         fix = "check indentation, colons and quoting on this line and the one above"
         raise SpecError([SpecProblem((), f"invalid YAML: {what}{col}", fix, mark.line + 1 if mark else None)]) from None
-    except (yaml.YAMLError, ValueError, OverflowError, RecursionError) as err:
+    except RecursionError:  # the pure-Python composer, where libyaml is missing
+        raise _OverBound([_too_deep(None)]) from None
+    except (yaml.YAMLError, ValueError, OverflowError) as err:
         # ValueError/OverflowError: PyYAML builds dates with datetime, which refuses e.g. 2024-13-01.
         fix = 'quote values that should stay text, e.g. "2024-13-01"'
         raise SpecError([SpecProblem((), f"invalid YAML: {str(err) or type(err).__name__}", fix)]) from None
     finally:
         loader.dispose()
     return docs
+
+
+# --------------------------------------------------------------------------------------------- bounds
+class _OverBound(SpecError):
+    """The YAML is readable but over a bound (depth, aliases): reported even where a JSON error would be."""
+
+
+def _too_deep(line: int | None) -> SpecProblem:
+    return SpecProblem(
+        (), f"the document nests lists and mappings more than {MAX_DEPTH} levels deep", "flatten the document", line
+    )
+
+
+def _bounds(root: yaml.Node) -> SpecProblem | None:
+    """What is wrong with a document's node graph before its values are built, or None: nesting deeper than
+    :data:`MAX_DEPTH`, an alias inside its own anchor, or more than :data:`MAX_ALIAS_VALUES` values gained
+    through aliases (a "billion laughs": 9 levels of 9 aliases of a 9-item list make 9**9 values from a few
+    hundred bytes).
+
+    An alias is the anchor's node object itself, so one walk with memoised counts visits each node and
+    edge once: linear in the text, however far the aliases would expand. Iterative (no recursion limit)."""
+    expands: dict[int, int] = {}  # id(node) -> the values it stands for, itself included (capped)
+    heights: dict[int, int] = {}  # id(collection node) -> levels of collections from it down
+    open_ids: set[int] = set()  # collections on the current path (an alias to one of them is a cycle)
+    cap = 2**62
+
+    def children(node: yaml.Node) -> list[yaml.Node]:
+        if isinstance(node, yaml.MappingNode):
+            return [n for pair in node.value for n in pair]
+        if isinstance(node, yaml.SequenceNode):
+            return list(node.value)
+        return []
+
+    # frames: [node, its children, next child index, values so far, tallest child so far]
+    if isinstance(root, yaml.ScalarNode):
+        return None
+    stack: list[list[Any]] = [[root, children(root), 0, 1, 0]]  # the root is at depth 1
+    open_ids.add(id(root))
+    while stack:
+        frame = stack[-1]
+        node, kids, i = frame[0], frame[1], frame[2]
+        if i < len(kids):
+            frame[2] = i + 1
+            kid = kids[i]
+            kid_id = id(kid)
+            if kid_id in expands:  # seen before: an alias (or a shared scalar)
+                if len(stack) + heights.get(kid_id, 0) > MAX_DEPTH:
+                    return _too_deep(node.start_mark.line + 1)
+                frame[3] = min(frame[3] + expands[kid_id], cap)
+                frame[4] = max(frame[4], heights.get(kid_id, 0))
+            elif kid_id in open_ids:
+                return SpecProblem(
+                    (),
+                    "an alias (*name) refers to a list or mapping that holds it: the YAML would never end",
+                    "use the anchor (&name) only after its list or mapping ends",
+                    node.start_mark.line + 1,
+                )
+            elif isinstance(kid, yaml.ScalarNode):
+                expands[kid_id] = 1
+                frame[3] = min(frame[3] + 1, cap)
+            else:
+                if len(stack) >= MAX_DEPTH:
+                    return _too_deep(kid.start_mark.line + 1)
+                open_ids.add(kid_id)
+                stack.append([kid, children(kid), 0, 1, 0])
+            continue
+        stack.pop()
+        open_ids.discard(id(node))
+        expands[id(node)], heights[id(node)] = frame[3], frame[4] + 1
+        if stack:
+            parent = stack[-1]
+            parent[3] = min(parent[3] + frame[3], cap)
+            parent[4] = max(parent[4], frame[4] + 1)
+    gained = expands[id(root)] - len(expands)
+    if gained > MAX_ALIAS_VALUES:
+        return SpecProblem(
+            (),
+            f"the YAML expands to more than {MAX_ALIAS_VALUES:,} values through aliases (&anchor / *alias)",
+            "write the values out, or use fewer aliases of large lists and mappings",
+            root.start_mark.line + 1,
+        )
+    return None
+
+
+def _data_depth(data: Any) -> SpecProblem | None:
+    """:data:`MAX_DEPTH` for parsed JSON whose YAML nodes are unknown (JSON has no aliases)."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                return _too_deep(None)
+            stack += [(v, depth + 1) for v in (value.values() if isinstance(value, dict) else value)]
+    return None
 
 
 def _compose(text: str) -> yaml.Node | None:

@@ -18,6 +18,7 @@ from rackscale.bench.placement import (
     check_targets,
     run_benchmark,
 )
+from rackscale.cli.output import fail
 from rackscale.scheduler import PROFILES
 
 app = typer.Typer(help="Benchmarks of the scheduling core: placement latency, throughput and memory at scale.")
@@ -187,8 +188,7 @@ def simulate(
     names = scenario or list(DEFAULT_SCENARIOS)
     bad = [n for n in names if n not in SCENARIOS]
     if bad:
-        err.print(f"[red]error:[/] unknown scenario {', '.join(bad)}; choose from {', '.join(SCENARIOS)}")
-        raise typer.Exit(2)
+        fail(f"unknown scenario {', '.join(bad)}; choose from {', '.join(SCENARIOS)}")
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -207,8 +207,8 @@ def simulate(
         try:
             result = run_simulation_benchmark(scenarios=names, philly=Path(philly) if philly else None, progress=show)
         except (FileNotFoundError, ValueError) as exc:
-            err.print(f"[red]error:[/] {exc}")
-            raise typer.Exit(2) from None
+            bar.stop()
+            fail(str(exc))
     if as_json:
         print(json.dumps(result, indent=2))
         return

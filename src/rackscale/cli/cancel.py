@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from rackscale.cli.client import EXIT_SERVER, ApiFailure, ServerOpt, TokenFileOpt, connect, die, quote_path, warn
-from rackscale.cli.output import OutputFormat, emit
+from rackscale.cli.output import OutputFormat, emit, printable
 
 
 def cancel(
@@ -41,9 +41,9 @@ def cancel(
                 continue
             status = job.get("status", "?")
             if status == "cancelled":
-                print(f"job/{name} cancelled")
+                print(printable(f"job/{name} cancelled"))
             else:
-                print(f"job/{name} already {status} (nothing to cancel)")
+                print(printable(f"job/{name} already {status} (nothing to cancel)"))
     if output in (OutputFormat.json, OutputFormat.yaml) and done:
         emit(done[0] if len(names) == 1 else {"items": done}, output)
     if failed:

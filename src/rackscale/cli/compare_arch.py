@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from rich.text import Text
 
-from rackscale.cli.output import OutputFormat, console, emit, err_console, fail
+from rackscale.cli.output import OutputFormat, console, emit, err_console, fail, printable
 
 
 def compare_arch(
@@ -77,7 +78,7 @@ def compare_arch(
     rows = [{"measure": k, "A / B (measured)": v, "seed claims": _claim(k)} for k, v in ratios.items()]
     emit(rows, OutputFormat.table, title="architecture A vs B")
     for line in assumptions:
-        console.print(f"- {line}", highlight=False)
+        console.print(Text(f"- {printable(line)}"), highlight=False)
 
 
 def _ratio(x: float, y: float) -> float | None:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from rackscale.cli.client import ServerOpt, TokenFileOpt, age, connect, num, quote_path, resource, table
-from rackscale.cli.output import OutputFormat, emit
+from rackscale.cli.output import OutputFormat, emit, printable
 
 LABEL = 14  # width of the "Name:" column
 
@@ -54,7 +54,8 @@ def describe(
 
 
 def _line(label: str, value: Any, indent: str = "") -> None:
-    text = "-" if value is None or value == "" else str(value)
+    """``Label:   value`` on one line; the value's terminal controls and newlines shown as escapes."""
+    text = "-" if value is None or value == "" else printable(str(value))
     sys.stdout.write(f"{indent}{(label + ':').ljust(LABEL - len(indent))}{text}\n")
 
 
@@ -108,8 +109,9 @@ def _job(job: dict[str, Any], events: list[dict[str, Any]], now: float) -> None:
         import yaml
 
         out("Spec:\n")
-        for line in yaml.safe_dump(spec, sort_keys=False).rstrip("\n").splitlines():
-            out(f"  {line}\n")
+        # allow_unicode=False: the dump writes controls and non-ASCII as escapes ("\e", "\u202E")
+        for line in yaml.safe_dump(spec, sort_keys=False, allow_unicode=False).rstrip("\n").split("\n"):
+            out(f"  {printable(line)}\n")
     if not events:
         out("Events:       <none>\n")
         return

@@ -117,11 +117,11 @@ def kube_scheduler(
 
 def load_settings(path: Path) -> dict[str, str]:
     """The settings file's values, by option name. Raises ValueError naming the file and the bad key."""
-    import yaml
+    from rackscale.loaders import SpecError, safe_load_bounded
 
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+        doc = safe_load_bounded(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, SpecError) as e:
         raise ValueError(f"{path}: cannot read the settings ({e})") from e
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected a mapping (schedulerName, labels, gpuResource, leaderElection)")

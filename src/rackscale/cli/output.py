@@ -1,8 +1,10 @@
-"""Shared output for the CLI verbs: ``-o table|json|yaml`` and friendly errors (never a traceback)."""
+"""Shared output for the CLI verbs: ``-o table|json|yaml``, friendly errors (never a traceback), and
+:func:`printable`, which every verb applies to text it did not write itself before it reaches a terminal."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from enum import StrEnum
@@ -10,11 +12,34 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 console = Console()
 err_console = Console(stderr=True)
+
+# What a terminal would act on, or what would make a line read differently from what it holds: the C0
+# controls (ESC starts ANSI/OSC sequences; CR and BS overwrite what came before), DEL, the C1 controls (a
+# terminal may take \x9b for ESC [), the Unicode line and paragraph separators, the bidi and direction
+# marks (U+202E shows the rest of a line reversed), and surrogates (never text on their own; not encodable).
+_FORMAT = "\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+_ONE_LINE = re.compile(f"[\x00-\x1f{_FORMAT}]")
+_LINES = re.compile(f"[\x00-\x08\x0b-\x1f{_FORMAT}]")  # keeps \n and \t
+
+
+def _visible(m: re.Match[str]) -> str:
+    cp = ord(m.group())
+    return f"\\x{cp:02x}" if cp < 0x100 else f"\\u{cp:04x}"
+
+
+def printable(text: str, *, multiline: bool = False) -> str:
+    """``text`` with every character that could control the terminal shown as an escape (``\\x1b``,
+    ``\\r``-> ``\\x0d``, ``\\u202e``, ``\\ud800``); other text, accented or CJK, is left as it is.
+
+    Used on whatever came from the server or a file: job names, reasons, messages, events, spec values,
+    server errors. ``multiline`` keeps newlines and tabs (error messages of several lines); otherwise they
+    are escaped too, so one value stays one line (table cells, ``describe`` fields)."""
+    return (_LINES if multiline else _ONE_LINE).sub(_visible, text)
 
 
 class OutputFormat(StrEnum):
@@ -24,22 +49,25 @@ class OutputFormat(StrEnum):
 
 
 def emit(data: Any, fmt: OutputFormat, *, columns: Sequence[str] | None = None, title: str | None = None) -> None:
-    """Print ``data`` (a list of row dicts, or any JSON-able value) in the chosen format."""
+    """Print ``data`` (a list of row dicts, or any JSON-able value) in the chosen format.
+
+    JSON and YAML escape every control and non-ASCII character (``\\u001b``; ``"\\e"``, ``"\\u202E"``),
+    so what they print is safe on a terminal and reads back as the same value."""
     if fmt is OutputFormat.json:
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str, ensure_ascii=True) + "\n")
         return
     if fmt is OutputFormat.yaml:
         import yaml
 
-        sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=False))
         return
     rows = data if isinstance(data, list) else [data]
     cols = list(columns or (rows[0].keys() if rows else []))
-    table = Table(title=title)
+    table = Table(title=Text(printable(title)) if title else None)
     for c in cols:
-        table.add_column(c, overflow="fold")
+        table.add_column(Text(printable(str(c))), overflow="fold")
     for r in rows:
-        table.add_row(*(_cell(r.get(c)) for c in cols))
+        table.add_row(*(Text(printable(_cell(r.get(c)))) for c in cols))  # Text: a cell's [..] is no markup
     console.print(table)
 
 
@@ -52,6 +80,7 @@ def _cell(v: Any) -> str:
 
 
 def fail(message: str, *, code: int = 2) -> NoReturn:
-    """Print an error a user can act on, and exit."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)  # a message's [..] is text
+    """Print an error a user can act on, and exit. ``message`` is shown as text: no markup, no emoji codes,
+    no terminal controls (see :func:`printable`)."""
+    err_console.print(Text.assemble(("error:", "bold red"), " ", printable(message, multiline=True)))
     raise typer.Exit(code)

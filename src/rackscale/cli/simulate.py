@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.text import Text
 
 from rackscale.cli.common import resolve_cluster
-from rackscale.cli.output import OutputFormat, emit, err_console, fail
+from rackscale.cli.output import OutputFormat, emit, err_console, fail, printable
 
 KPI_ROWS = (
     "completed",
@@ -172,9 +173,11 @@ def _workload(
                 tenant_map=tenants,
             )
             if loaded.skipped:
-                err_console.print(f"skipped {len(loaded.skipped)} malformed rows of {loaded.source}:")
-                for line in loaded.skipped_lines()[:10]:
-                    err_console.print(f"  {line}", highlight=False)
+                err_console.print(
+                    Text(f"skipped {len(loaded.skipped)} malformed rows of {printable(str(loaded.source))}:")
+                )
+                for line in loaded.skipped_lines()[:10]:  # a trace's text: no markup, no terminal controls
+                    err_console.print(Text(f"  {printable(line)}"), highlight=False)
             jobs = list(loaded.jobs)
         elif jobs_file is not None:
             from rackscale.loaders import load_jobs

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from rackscale.cli.output import err_console, fail
+from rackscale.cli.output import err_console, fail, printable
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
@@ -94,4 +94,4 @@ def compare(
     except SlurmError as e:
         fail(str(e))
     for r in results:
-        typer.echo(r.line())
+        typer.echo(printable(r.line()))

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from rackscale.cli.client import EXIT_SERVER, EXIT_USAGE, ApiFailure, ServerOpt, TokenFileOpt, connect, die, warn
-from rackscale.cli.output import OutputFormat, emit
+from rackscale.cli.output import OutputFormat, emit, printable
 
 
 def submit(
@@ -38,7 +38,7 @@ def submit(
       rackscale submit -f a.yaml -f b.yaml -o json
       cat jobs.yaml | rackscale submit -f - --server http://scheduler:8080
     """
-    from rackscale.loaders import parse_job_documents, read_text
+    from rackscale.loaders import MAX_TEXT_CHARS, parse_job_documents, read_text
     from rackscale.model.spec_errors import SpecError
 
     if not files:
@@ -48,7 +48,7 @@ def submit(
     for f in files:
         source = "<stdin>" if f == "-" else f
         try:
-            text = sys.stdin.read() if f == "-" else read_text(f)
+            text = sys.stdin.read(MAX_TEXT_CHARS + 1) if f == "-" else read_text(f)  # over the limit: refused
             parsed = parse_job_documents(text, source=source)
         except SpecError as err:
             bad = True
@@ -81,7 +81,7 @@ def submit(
                 continue
             submitted.append(job)
             if output is None or output is OutputFormat.table:
-                print(f"job/{job.get('name', label)} submitted (queue {job.get('queue', '?')})")
+                print(printable(f"job/{job.get('name', label)} submitted (queue {job.get('queue', '?')})"))
     if output in (OutputFormat.json, OutputFormat.yaml) and submitted:
         assert output is not None
         emit({"items": submitted} if len(docs) > 1 else submitted[0], output)

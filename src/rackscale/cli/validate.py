@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.text import Text
 
-from rackscale.cli.output import console, fail
+from rackscale.cli.output import console, fail, printable
 
 
 def validate(
@@ -25,7 +26,7 @@ def validate(
             what = load_any(f)
         except SpecError as err:
             bad = True
-            console.print(f"[red]✗[/] {err}", highlight=False)
+            console.print(Text.assemble(("✗", "red"), " ", printable(str(err), multiline=True)))  # text, no markup
             continue
         if isinstance(what, list):
             summary = f"{len(what)} job(s): " + ", ".join(f"{j.name} ({j.kind.value})" for j in what)
@@ -34,6 +35,6 @@ def validate(
                 f"cluster {what.name}: {what.total_gpus} GPUs in {len(what.racks)} rack(s), "
                 f"{len(what.regions)} region(s), models {', '.join(what.gpu_models)}"
             )
-        console.print(f"[green]✓[/] {f}: {summary}", highlight=False)
+        console.print(Text.assemble(("✓", "green"), " ", printable(f"{f}: {summary}", multiline=True)))
     if bad:
         fail("some files are invalid (see above)")
