@@ -3,13 +3,16 @@ wins), the event log, and the integrity check."""
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
+from sqlalchemy import exc as sa_exc
 
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.service.live import COMPLETED, FAILED, PREEMPTED, SCHEDULED, WAITING, Change
-from rackscale.service.store import DuplicateJob, Store
+from rackscale.service.store import DuplicateJob, Store, sqlite_file_problem, unavailable
 
 
 def store(tmp_path: Path) -> Store:
@@ -98,3 +101,98 @@ def test_paging_and_filters(tmp_path: Path) -> None:
     assert [r.name for r in s.jobs(status=["cancelled"])] == ["j3"]
     assert s.latest_time() == 1.0
     assert s.count_by_queue(["pending", "cancelled"]) == {"q": {"pending": 6, "cancelled": 1}}
+
+
+def _psycopg(name: str, text: str) -> BaseException:
+    import psycopg.errors
+
+    err: BaseException = getattr(psycopg.errors, name)(text)
+    return err
+
+
+@pytest.mark.parametrize(
+    ("make", "reason", "fix"),
+    [
+        pytest.param(
+            lambda: sqlite3.OperationalError("database or disk is full"), "disk is full", "free space", id="full"
+        ),
+        pytest.param(
+            lambda: sqlite3.OperationalError("attempt to write a readonly database"), "readonly", "writable", id="ro"
+        ),
+        pytest.param(lambda: sqlite3.OperationalError("disk I/O error"), "disk I/O", "check the disk", id="io"),
+        pytest.param(
+            lambda: sqlite3.OperationalError("unable to open database file"), "unable", "still exists", id="cantopen"
+        ),
+        pytest.param(lambda: sqlite3.OperationalError("database is locked"), "locked", "write lock", id="locked"),
+        pytest.param(
+            lambda: sqlite3.DatabaseError("database disk image is malformed"), "malformed", "backup", id="corrupt"
+        ),
+        pytest.param(lambda: _psycopg("DiskFull", "could not extend file"), "extend", "free space", id="pg-full"),
+        pytest.param(
+            lambda: _psycopg("ReadOnlySqlTransaction", "cannot execute INSERT in a read-only transaction"),
+            "read-only",
+            "primary",
+            id="pg-read-only",
+        ),
+        pytest.param(
+            lambda: _psycopg("AdminShutdown", "terminating connection due to administrator command"),
+            "administrator",
+            "server runs",
+            id="pg-shutdown",
+        ),
+        pytest.param(lambda: OSError(28, "No space left on device"), "No space", "free space", id="oserror"),
+    ],
+)
+def test_store_faults_are_typed_with_their_cause_and_fix(make: object, reason: str, fix: str) -> None:
+    orig = make()  # type: ignore[operator]
+    wrapped = orig if isinstance(orig, OSError) else sa_exc.OperationalError("INSERT ...", {}, orig)
+    if isinstance(orig, sqlite3.DatabaseError) and not isinstance(orig, sqlite3.OperationalError):
+        wrapped = sa_exc.DatabaseError("INSERT ...", {}, orig)
+    if type(orig).__name__ == "ReadOnlySqlTransaction":
+        wrapped = sa_exc.InternalError("INSERT ...", {}, orig)
+    got = unavailable(wrapped)
+    assert got is not None and reason in got.reason and fix in got.fix, (got, reason, fix)
+    assert str(got).startswith(f"the store cannot write: {got.reason} (fix: ")
+    if "backup" not in fix:
+        assert got.fix.endswith("the service resumes by itself")
+
+
+def test_what_the_row_did_wrong_is_not_a_store_fault() -> None:
+    for e in (
+        sa_exc.IntegrityError("INSERT", {}, sqlite3.IntegrityError("NOT NULL constraint failed: jobs.queue")),
+        sa_exc.DataError("INSERT", {}, Exception("value too long for type character varying(253)")),
+        ValueError("a bug"),
+        KeyError("x"),
+    ):
+        assert unavailable(e) is None, e
+
+
+def test_a_sound_store_passes_the_start_checks_even_copied_mid_write(tmp_path: Path) -> None:
+    """A store copied while open (as a kill -9 leaves it: the WAL not checkpointed) is not called broken."""
+    s = store(tmp_path)
+    for i in range(200):
+        add(s, f"j{i}")
+    assert (tmp_path / "db.sqlite-wal").stat().st_size > 0
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for suffix in ("", "-wal"):
+        shutil.copy(tmp_path / f"db.sqlite{suffix}", copy / f"db.sqlite{suffix}")
+    s.close()
+    assert sqlite_file_problem(copy / "db.sqlite") is None
+    assert sqlite_file_problem(tmp_path / "db.sqlite") is None
+    assert sqlite_file_problem(tmp_path / "absent.sqlite") is None
+    assert len(Store(f"sqlite:///{copy / 'db.sqlite'}").jobs()) == 200
+
+
+def test_check_reports_records_that_do_not_decode(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    add(s, "a")
+    add(s, "b")
+    con = sqlite3.connect(tmp_path / "db.sqlite")
+    con.execute("UPDATE jobs SET doc = '[1, 2]' WHERE name = 'a'")
+    con.commit()
+    con.close()
+    a = s.get("a")
+    assert a is not None and a.corrupt is not None and a.doc == {} and a.message.startswith("the stored record is")
+    assert s.check() == [f"a: the stored record is corrupt: {a.corrupt}"]
+    assert [r.name for r in s.jobs()] == ["a", "b"]

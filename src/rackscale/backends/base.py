@@ -63,3 +63,11 @@ class Backend(Protocol):
     def close(self) -> None:
         """The service is stopping. Running work is left as it is (a restart adopts it)."""
         ...
+
+
+def orphans(backend: object) -> list[str]:
+    """The jobs the backend still runs from an earlier start of the service, asked before ``adopt``, for the
+    backends that can tell (an optional method ``orphans() -> list[str]``); [] for the others. The service
+    refuses to adopt (and so stop) them onto a new, empty store."""
+    fn = getattr(backend, "orphans", None)
+    return list(fn()) if callable(fn) else []

@@ -52,6 +52,10 @@ class SimBackend:
     def running(self) -> frozenset[str]:
         return frozenset(self._gen)
 
+    def orphans(self) -> list[str]:
+        """Nothing outlives the process: a simulated job runs in this process's memory only."""
+        return []
+
     def run_seconds(self, spec: JobSpec, placement: Placement) -> float:
         """The estimate is for an all-NVLink placement; one that crosses racks stretches it in proportion
         to its slower step. Inference without an estimate serves until cancelled."""

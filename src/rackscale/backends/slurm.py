@@ -261,6 +261,15 @@ class SlurmBackend:
         self._jobs.clear()
         self._pending.clear()
 
+    def orphans(self) -> list[str]:
+        """Before ``adopt``: the jobs in Slurm that carry this service's tag and have not ended."""
+        try:
+            jobs = self.slurm.jobs()
+        except SlurmError as e:
+            log.warning("cannot read Slurm's jobs to look for this service's: %s", e)
+            return []
+        return sorted(j.name.removeprefix(PREFIX) for j in jobs.values() if j.comment == self.tag and not j.terminal)
+
 
 def make_slurm_backend(
     data_dir: Path, cluster: GPUCluster | None, options: Mapping[str, object]

@@ -234,7 +234,9 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
     if total_tps > 0:  # no sample rather than a 0 that would read as "free"
         cpt.add_metric([], cost / 3600.0 / total_tps)
     yield cpt
-    yield CounterMetricFamily("rackscale_runner_errors", "Runner steps that raised (bugs).", value=runner.errors)
+    yield CounterMetricFamily(
+        "rackscale_runner_errors", "Runner steps and backend calls that raised (bugs).", value=runner.errors
+    )
     attempts = CounterMetricFamily(
         "rackscale_schedule_attempts", "Scheduling attempts by result (a job looked at in a cycle).", labels=["result"]
     )
@@ -252,8 +254,9 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
     yield finished
     yield GaugeMetricFamily(
         "rackscale_runner_healthy",
-        "1 while the runner takes work; 0 once the store refused a commit (restart the service).",
-        value=0.0 if runner.fatal else 1.0,
+        "1 while the service takes work; 0 while the store cannot write (it heals by itself once a commit goes "
+        "through: /readyz says why).",
+        value=0.0 if runner.problem else 1.0,
     )
 
 

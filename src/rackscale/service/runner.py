@@ -4,6 +4,12 @@ Each step: take the submissions and cancellations the API queued, the exits the 
 scheduling cycle, commit every change in one transaction, and only then start or stop work on the backend.
 So a crash at any point leaves the store saying no more than what is true or about to be redone: a job the
 store says is running was either started or is started again by ``adopt`` on restart.
+
+When the commit fails (disk full, a read-only store, a lost database connection) the step's changes, already
+made in memory, are kept and committed first thing in every following step; until they are, no cycle runs,
+the backend is neither polled (no exit is lost) nor told to act on them, and ``unhealthy`` says why. The
+first commit that goes through makes the runner healthy again: no restart is needed. A backend that raises
+fails one job (``start``) or is logged and counted (``stop``, ``poll``), never the step.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from rackscale.backends.base import Backend, Exit, RunningJobRecord
@@ -22,8 +28,8 @@ from rackscale.model.spec_errors import SpecError
 from rackscale.model.specs import job_from_dict
 from rackscale.model.workload import JobSpec
 from rackscale.service.clock import ServiceClock
-from rackscale.service.live import CANCELLED, PREEMPTED, SCHEDULED, Change, LiveCluster
-from rackscale.service.store import PENDING, RUNNING, JobRow, Store
+from rackscale.service.live import CANCELLED, FAILED, PREEMPTED, SCHEDULED, Change, LiveCluster
+from rackscale.service.store import PENDING, RUNNING, JobRow, Store, StoreUnavailable
 
 log = logging.getLogger("rackscale.service")
 
@@ -32,6 +38,18 @@ class CycleObserver(Protocol):
     def cycle(self, *, seconds: float | None, changes: list[Change]) -> None:
         """After each step: how long its scheduling cycle took (None: no cycle was needed), what changed."""
         ...
+
+
+@dataclass(slots=True)
+class _Unsaved:
+    """A step's changes, made in memory, that the store has not committed yet."""
+
+    changes: list[Change]
+    seconds: float | None  # its cycle's time, for the observer
+    since: float  # wall clock (monotonic) of the first failed commit
+
+
+PROBE_S = 0.5  # after a failed write with nothing to commit: how often the runner tries a small one
 
 
 class Runner:
@@ -58,9 +76,20 @@ class Runner:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.fatal: str | None = None  # set when the store refused a commit: the service stops accepting work
-        self.errors = 0
+        # Why the runner cannot go on now (its last commit failed; it retries every step), None when healthy.
+        self.unhealthy: str | None = None
+        self.errors = 0  # steps that raised, and backend calls that raised (counted, logged, gone past)
         self.last_step = 0.0
+        self._unsaved: _Unsaved | None = None
+        self._start_failures: list[Exit] = []  # backend.start raised: fed as exits by the next step
+        self._probed = 0.0
+        self._cycle_seconds: float | None = None  # the last _work's cycle time (None: no cycle ran)
+
+    @property
+    def problem(self) -> str | None:
+        """Why the service does not take work now (the runner cannot commit, or the store's last write
+        failed), None when it does. Both clear by themselves once a write commits."""
+        return self.unhealthy or self.store.failing
 
     # ------------------------------------------------------------------ from the API (any thread)
     def submitted(self, spec: JobSpec) -> None:
@@ -84,6 +113,9 @@ class Runner:
         broken: list[Change] = []
         counts = {"running": 0, "pending": 0}
         for row in self.store.jobs(status=[RUNNING, PENDING], limit=10**9):
+            if row.corrupt is not None:  # its JSON or text does not decode: fail it, say why
+                broken.append(Change(row.name, FAILED, now, "CorruptRecord", row.message))
+                continue
             try:
                 spec = spec_of(row)
             except SpecError as e:  # stored under older rules that no longer accept it: fail it, say why
@@ -102,7 +134,12 @@ class Runner:
                 counts["pending"] += 1
         exits = self.backend.adopt(running, now)
         changes = broken + [c for e in exits if (c := self._exit(e, now)) is not None]
-        self.store.apply(changes)
+        try:
+            self.store.apply(changes)
+        except StoreUnavailable as e:  # start unhealthy: the first step commits them once the store can
+            self._unsaved = _Unsaved(changes, None, time.monotonic())
+            self.unhealthy = str(e)
+            log.error("%s; %d change(s) from the recovery kept in memory until it can", e, len(changes))
         return counts
 
     def start(self) -> None:
@@ -121,7 +158,7 @@ class Runner:
         while not self._stop.is_set():
             self._wake.wait(self.interval_s)
             self._wake.clear()
-            if self._stop.is_set() or self.fatal:
+            if self._stop.is_set():
                 break
             try:
                 self.step()
@@ -132,41 +169,89 @@ class Runner:
 
     # ------------------------------------------------------------------ one step
     def step(self) -> list[Change]:
+        """One step; returns the changes it committed (none while the store cannot commit)."""
+        done: list[tuple[float | None, list[Change]]] = []
         with self.lock:
             now = self.clock.now()
-            changes: list[Change] = []
-            stops: list[str] = []
-            while self._inbox:
-                what, arg = self._inbox.popleft()
-                if what == "submit":
-                    assert isinstance(arg, JobSpec)
-                    if arg.name not in self.live.specs:
-                        self.live.submit(arg)
-                else:
-                    assert isinstance(arg, str)
-                    running = arg in self.live.state.running
-                    if self.live.cancel(arg, now) is not None and running:
-                        stops.append(arg)  # the store already says cancelled: no change to commit
-            for name in stops:
-                self.backend.stop(name, now=now)
-            for e in self.backend.poll(now):
-                if (c := self._exit(e, now)) is not None:
-                    changes.append(c)
-            self.live.account(now)
-            t0 = time.perf_counter()
-            before = self.live.counters.cycles
-            changes += self.live.cycle(now)
-            seconds = time.perf_counter() - t0 if self.live.counters.cycles != before else None
-            try:
-                rejected = self.store.apply(changes)
-            except Exception as e:
-                self.fatal = f"the store refused a commit: {e}"
-                log.error("%s; the service stops taking work (restart it to recover from the store)", self.fatal)
-                raise
-            self._act(changes, rejected, now)
+            if self._unsaved is not None:  # a step whose commit failed: commit it first, or do nothing else
+                kept = self._unsaved
+                if not self._commit(now):
+                    return []
+                done.append((kept.seconds, kept.changes))
+            changes = self._work(now)
+            seconds = self._cycle_seconds
+            self._unsaved = _Unsaved(changes, seconds, time.monotonic())
+            if self._commit(now):
+                done.append((seconds, changes))
             self.last_step = now
+            if not changes and self.store.failing and time.monotonic() - self._probed >= PROBE_S:
+                self._probed = time.monotonic()  # nothing to commit: does the store take writes again?
+                self.store.probe()
         if self.observer is not None:
-            self.observer.cycle(seconds=seconds, changes=changes)
+            for secs, chs in done:
+                self.observer.cycle(seconds=secs, changes=chs)
+        return [c for _, chs in done for c in chs]
+
+    def _commit(self, now: float) -> bool:
+        """Commit the unsaved changes; act on the backend only once they are. False: kept for the next step."""
+        kept = self._unsaved
+        assert kept is not None
+        try:
+            rejected = self.store.apply(kept.changes)
+        except Exception as e:
+            why = str(e) if isinstance(e, StoreUnavailable) else f"the store refused a commit: {type(e).__name__}: {e}"
+            if self.unhealthy is None:
+                log.error(
+                    "%s; %d change(s) kept in memory and committed again every step (no cycle, no backend "
+                    "action until then)",
+                    why,
+                    len(kept.changes),
+                )
+            self.unhealthy = why
+            return False
+        self._unsaved = None
+        if self.unhealthy is not None:
+            log.warning(
+                "the store committed the %d kept change(s) after %.1f s: healthy again",
+                len(kept.changes),
+                time.monotonic() - kept.since,
+            )
+            self.unhealthy = None
+        self._act(kept.changes, rejected, now)
+        return True
+
+    def _work(self, now: float) -> list[Change]:
+        """Take the inbox, the backend's exits and a scheduling cycle: the changes, made in memory."""
+        changes: list[Change] = []
+        stops: list[str] = []
+        while self._inbox:
+            what, arg = self._inbox.popleft()
+            if what == "submit":
+                assert isinstance(arg, JobSpec)
+                if arg.name not in self.live.specs:
+                    self.live.submit(arg)
+            else:
+                assert isinstance(arg, str)
+                running = arg in self.live.state.running
+                if self.live.cancel(arg, now) is not None and running:
+                    stops.append(arg)  # the store already says cancelled: no change to commit
+        for name in stops:
+            self._stop_job(name, now)
+        exits, self._start_failures = self._start_failures, []
+        try:
+            exits += self.backend.poll(now)
+        except Exception as e:
+            self.errors += 1
+            name = type(e).__name__
+            log.exception("backend %s: poll raised %s: %s (polled again next step)", self.backend.name, name, e)
+        for ex in exits:
+            if (c := self._exit(ex, now)) is not None:
+                changes.append(c)
+        self.live.account(now)
+        t0 = time.perf_counter()
+        before = self.live.counters.cycles
+        changes += self.live.cycle(now)
+        self._cycle_seconds = time.perf_counter() - t0 if self.live.counters.cycles != before else None
         return changes
 
     def _act(self, changes: list[Change], rejected: set[str], now: float) -> None:
@@ -176,13 +261,26 @@ class Runner:
                 if ch.type in (SCHEDULED, PREEMPTED):
                     self.live.cancel(ch.job, now)
                 if ch.type == PREEMPTED:
-                    self.backend.stop(ch.job, now=now)
+                    self._stop_job(ch.job, now)
                 continue
             if ch.type == SCHEDULED and ch.placement is not None:
                 spec = self.live.specs[ch.job]
-                self.backend.start(spec, ch.placement, now=now)
+                try:
+                    self.backend.start(spec, ch.placement, now=now)
+                except Exception as e:  # this job's failure (fed as its exit next step), not the cycle's
+                    self.errors += 1
+                    why = f"the backend could not start it: {type(e).__name__}: {e}"
+                    log.exception("backend %s: start of %s raised: %s", self.backend.name, ch.job, why)
+                    self._start_failures.append(Exit(ch.job, False, None, why))
             elif ch.type == PREEMPTED:
-                self.backend.stop(ch.job, now=now)
+                self._stop_job(ch.job, now)
+
+    def _stop_job(self, job: str, now: float) -> None:
+        try:
+            self.backend.stop(job, now=now)
+        except Exception as e:
+            self.errors += 1
+            log.exception("backend %s: stop of %s raised %s: %s", self.backend.name, job, type(e).__name__, e)
 
     def _exit(self, e: Exit, now: float) -> Change | None:
         return self.live.exited(e.job, now, ok=e.ok, exit_code=e.exit_code, reason=e.reason)

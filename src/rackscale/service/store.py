@@ -4,17 +4,27 @@ SQLAlchemy Core over SQLite (WAL, the default, in the data directory) or any URL
 (PostgreSQL: ``postgresql+psycopg://...``). Status changes are conditional updates (``WHERE status IN
 ...``), so a cancellation and a placement racing for the same job cannot both win: the one committed first
 does, and the other learns it from the rows it could not change.
+
+Faults (disk full, a read-only file, an I/O error, a lost PostgreSQL connection) make a write raise
+:class:`StoreUnavailable`, which says the cause and the fix; nothing of that write was committed, and the
+store remembers it (``failing``) until a write commits again. A row the database refuses for itself (a
+value too long for its column) fails alone: the others of its group commit.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import queue
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -29,16 +39,21 @@ from sqlalchemy import (
     and_,
     bindparam,
     create_engine,
+    delete,
     event,
     func,
     insert,
     select,
     update,
 )
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.engine import Connection, Engine, make_url
 
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.service.live import CANCELLED, COMPLETED, FAILED, PREEMPTED, SCHEDULED, WAITING, Change
+
+log = logging.getLogger("rackscale.service")
 
 PENDING, RUNNING = "pending", "running"
 ACTIVE = (PENDING, RUNNING)
@@ -112,6 +127,85 @@ class DuplicateJob(ValueError):
     pass
 
 
+class RejectedJob(ValueError):
+    """The database refused this one job's row (e.g. a value too long for its column); the other jobs of
+    its group commit went through."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name, self.reason = name, reason
+        super().__init__(f"the store refused job {name[:80]!r}: {reason}")
+
+
+class StoreUnavailable(Exception):
+    """The store cannot write now (disk full, read-only, I/O error, lost connection, ...). Nothing of the
+    write was committed. ``reason``: the database's words; ``fix``: what to do about it."""
+
+    def __init__(self, reason: str, fix: str) -> None:
+        self.reason, self.fix = reason, fix
+        super().__init__(f"the store cannot write: {reason} (fix: {fix})")
+
+
+class BrokenStore(ValueError):
+    """The store file cannot be used as it is (empty, truncated, corrupt, not a database, not ours)."""
+
+
+_RESUMES = "; the service resumes by itself"
+# (words in the database's message, the fix); the first that matches
+_FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("full", "no space", "quota"), "free space in the data directory" + _RESUMES),
+    (
+        ("readonly", "read-only", "read only"),
+        "make the store writable again (the file's and directory's permissions, a read-only mount)" + _RESUMES,
+    ),
+    (("disk i/o", "input/output"), "check the disk that holds the store (the kernel log says more)" + _RESUMES),
+    (
+        ("unable to open", "cannot open"),
+        "check that the data directory still exists and is writable" + _RESUMES,
+    ),
+    (("locked", "busy"), "another process holds the store's write lock: stop it" + _RESUMES),
+    (
+        ("malformed", "not a database", "corrupt"),
+        "the store is damaged: stop the service and restore the store from a backup",
+    ),
+)
+_SERVER_FIX = "check that the database server runs and is reachable" + _RESUMES
+
+
+def unavailable(e: BaseException) -> StoreUnavailable | None:
+    """``e`` as a StoreUnavailable if it is a fault of the store (the disk, the file, the server), None if it
+    is about what was written (a constraint, a value too long, a bug)."""
+    if isinstance(e, StoreUnavailable):
+        return e
+    if isinstance(
+        e,
+        sa_exc.IntegrityError | sa_exc.DataError | sa_exc.ProgrammingError | sa_exc.NotSupportedError,
+    ):
+        return None
+    orig = getattr(e, "orig", None) or e
+    if isinstance(orig, sqlite3.IntegrityError | sqlite3.DataError | sqlite3.ProgrammingError):
+        return None
+    server = isinstance(e, sa_exc.DBAPIError) and bool(e.connection_invalidated)
+    faults = sa_exc.DBAPIError | sa_exc.DisconnectionError | sa_exc.TimeoutError | sqlite3.DatabaseError | OSError
+    if not isinstance(e, faults):
+        return None
+    text = (str(orig).strip().splitlines() or [type(orig).__name__])[0][:300]
+    words = text.lower()
+    state = str(getattr(orig, "sqlstate", "") or "")
+    if state.startswith(("08", "57")) or server:  # connection exceptions, the server shutting down
+        fix = _SERVER_FIX
+    elif state.startswith("53"):  # insufficient resources (PostgreSQL's disk full is 53100)
+        fix = "free space (disk, memory, connections) on the database server" + _RESUMES
+    elif state == "25006":
+        fix = "the database is read-only (a replica?): point --db-url at the primary" + _RESUMES
+    else:
+        fix = next((f for keys, f in _FIXES if any(k in words for k in keys)), "")
+        if not fix:
+            fix = ("check the store" if isinstance(orig, sqlite3.Error) else "check the database server") + _RESUMES
+    out = StoreUnavailable(text, fix)
+    out.__cause__ = e
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class JobRow:
     seq: int
@@ -130,6 +224,9 @@ class JobRow:
     placement: Placement | None
     exit_code: int | None
     restarts: int
+    # Why the stored record cannot be read as it is (its JSON or text does not decode); then doc is {},
+    # placement None, and message says so. None for a sound row.
+    corrupt: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,17 +242,30 @@ class EventRow:
 class Store:
     """Reads run on the caller's thread (WAL: they never wait for a writer). Every write goes through one
     writer thread, so writers never contend for SQLite's lock, and submissions that arrive together are
-    committed together (group commit): one transaction, one sync, for a batch of jobs."""
+    committed together (group commit): one transaction, one sync, for a batch of jobs.
+
+    ``failing`` says why the last write failed for a fault of the store (None once a write commits again);
+    ``created`` whether this Store made the tables (a new store)."""
 
     def __init__(self, url: str, *, synchronous: str = "NORMAL") -> None:
         self.url = url
+        self.location = store_location(url)
+        sqlite = url.startswith("sqlite")
         # Two engines: writes take the write lock up front (BEGIN IMMEDIATE on SQLite); reads never do.
-        self.engine: Engine = create_engine(url)
-        self.reader: Engine = create_engine(url)
+        # A server's pooled connection may have died while idle (a restart of PostgreSQL): test it first.
+        self.engine: Engine = create_engine(url, pool_pre_ping=not sqlite)
+        self.reader: Engine = create_engine(url, pool_pre_ping=not sqlite)
         if self.engine.dialect.name == "sqlite":
             _sqlite_setup(self.engine, synchronous, immediate=True)
             _sqlite_setup(self.reader, synchronous, immediate=False)
+        self.created = not sa_inspect(self.engine).has_table("jobs")
         metadata.create_all(self.engine)
+        if self.created:  # marks the store as rackscale's (and when it began)
+            stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            with self.engine.begin() as c:
+                if c.execute(select(meta.c.key).where(meta.c.key == "created")).first() is None:
+                    c.execute(insert(meta).values(key="created", value=stamp))
+        self.write_error: StoreUnavailable | None = None  # the last write's fault, until one commits
         self._insert_new = _insert_new_statement(self.engine.dialect.name)
         self._writes: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._write_loop, name="rackscale-store-writer", daemon=True)
@@ -166,6 +276,20 @@ class Store:
         self._writer.join(timeout=30)
         self.engine.dispose()
         self.reader.dispose()
+
+    @property
+    def failing(self) -> str | None:
+        """Why the store's last write failed (disk full, read-only, ...), with the fix; None when it took
+        its last write."""
+        e = self.write_error
+        return str(e) if e is not None else None
+
+    def is_new(self) -> bool:
+        """Created at this start, or holding no job at all."""
+        if self.created:
+            return True
+        with self.reader.connect() as c:
+            return c.execute(select(jobs.c.seq).limit(1)).first() is None
 
     # ------------------------------------------------------------------ writes (each waits for its commit)
     def insert_job(
@@ -179,7 +303,8 @@ class Store:
         self, *, name: str, queue: str, kind: str, gpus: float, priority: int, doc: dict[str, Any], submitted: float
     ) -> Future[JobRow]:
         """Queue a new job for the next group commit; the future holds its row once committed, or raises
-        DuplicateJob. (The API awaits it, so the event loop never waits on the database.)"""
+        DuplicateJob, RejectedJob (the database refused this row) or StoreUnavailable (nothing committed).
+        (The API awaits it, so the event loop never waits on the database.)"""
         row = {
             "name": name,
             "queue": queue,
@@ -198,13 +323,15 @@ class Store:
         return w.future
 
     def cancel(self, name: str, now: float) -> JobRow | None:
-        """Cancel a queued or running job. Returns the row after (unchanged if the job had already ended)."""
+        """Cancel a queued or running job. Returns the row after (unchanged if the job had already ended).
+        Raises StoreUnavailable when the store cannot write (then nothing changed)."""
         got: JobRow | None = self._call(lambda c: self._cancel(c, name, now))
         return got
 
     def apply(self, changes: Sequence[Change]) -> set[str]:
         """Commit a cycle's changes in one transaction; return the jobs whose change did not apply (their
-        status moved meanwhile, e.g. cancelled between the decision and this commit)."""
+        status moved meanwhile, e.g. cancelled between the decision and this commit). Raises StoreUnavailable
+        when the store cannot write (then nothing of it was committed)."""
         if not changes:
             return set()
         rejected: set[str] = self._call(lambda c: _apply(c, changes))
@@ -218,6 +345,21 @@ class Store:
                 c.execute(update(meta).where(meta.c.key == key).values(value=value))
 
         self._call(run)
+
+    def probe(self) -> bool:
+        """A small real write (a row big enough to need new pages, deleted in the same transaction): does
+        the store take writes again? Clears ``failing`` when it commits."""
+
+        def run(c: Connection) -> None:
+            c.execute(delete(meta).where(meta.c.key == _PROBE_KEY))
+            c.execute(insert(meta).values(key=_PROBE_KEY, value=_PROBE_VALUE))
+            c.execute(delete(meta).where(meta.c.key == _PROBE_KEY))
+
+        try:
+            self._call(run)
+        except StoreUnavailable:
+            return False
+        return True
 
     def _call(self, fn: Callable[[Connection], Any]) -> Any:
         w = _Write(fn=fn)
@@ -281,13 +423,29 @@ class Store:
             with self.engine.begin() as c:
                 result = w.fn(c)
         except BaseException as e:  # handed to the waiting caller, who decides
-            w.future.set_exception(e)
+            down = unavailable(e) if isinstance(e, Exception) else None
+            if down is not None:
+                self._failed(down)
+            w.future.set_exception(down or e)
         else:
+            self._took()
             w.future.set_result(result)
+
+    def _failed(self, e: StoreUnavailable) -> None:
+        if self.write_error is None:
+            log.error("%s", e)
+        self.write_error = e
+
+    def _took(self) -> None:
+        if self.write_error is not None:
+            log.warning("the store takes writes again (it failed with: %s)", self.write_error.reason)
+            self.write_error = None
 
     def _insert_many(self, writes: list[_Write]) -> None:
         """One transaction for a batch of new jobs. A name already taken (or twice in the batch) makes that
-        job's future raise DuplicateJob; the others commit."""
+        job's future raise DuplicateJob; the others commit. If the batch fails for one bad row (a value the
+        database refuses), each job is tried again alone: only the bad one fails, with RejectedJob. If it
+        fails for a fault of the store, every job of it gets StoreUnavailable."""
         rows = [w.insert for w in writes if w.insert is not None]
         try:
             with self.engine.begin() as c:
@@ -299,10 +457,25 @@ class Store:
                     )
                     fresh = [r for r in dict((r["name"], r) for r in reversed(rows)).values() if r["name"] not in taken]
                     got = dict(c.execute(_INSERT_RETURNING, fresh).all()) if fresh else {}
+        except Exception as e:
+            down = unavailable(e)
+            if down is not None:
+                self._failed(down)
+                for w in writes:
+                    w.future.set_exception(down)
+            elif len(writes) > 1:
+                for w in writes:  # one transaction each: find the bad row, commit the others
+                    self._insert_many([w])
+            else:
+                reason = (str(getattr(e, "orig", e)).strip().splitlines() or [type(e).__name__])[0][:300]
+                log.warning("the store refused job %r: %s", rows[0]["name"][:80], reason)
+                writes[0].future.set_exception(RejectedJob(rows[0]["name"], reason))
+            return
         except BaseException as e:
             for w in writes:
                 w.future.set_exception(e)
             return
+        self._took()
         for w, r in zip(writes, rows, strict=True):
             seq = got.pop(r["name"], None)  # the first job of a name gets it; a second one is a duplicate
             if seq is not None:
@@ -324,9 +497,27 @@ class Store:
         return max(known) if known else None
 
     def get(self, name: str) -> JobRow | None:
+        got = self._fetch(select(jobs).where(jobs.c.name == name).limit(1))
+        return _row(got[0]) if got else None
+
+    def _fetch(self, q: Any) -> list[Any]:
+        """The rows of ``q`` (as mappings). SQLite keeps whatever bytes it is given as text; one value that is
+        not UTF-8 would fail the whole query: then the query runs again, decoding leniently (the rows'
+        readers mark such a row corrupt)."""
         with self.reader.connect() as c:
-            got = c.execute(select(jobs).where(jobs.c.name == name)).mappings().first()
-        return _row(got) if got is not None else None
+            try:
+                return list(c.execute(q).mappings())
+            except sa_exc.OperationalError as e:
+                if "decode" not in str(e.orig).lower() or self.reader.dialect.name != "sqlite":
+                    raise
+                c.rollback()
+                raw: Any = c.connection.dbapi_connection
+                raw.text_factory = _lenient_text
+                try:
+                    return list(c.execute(q).mappings())
+                finally:
+                    c.rollback()
+                    raw.text_factory = str
 
     def jobs(
         self,
@@ -344,18 +535,17 @@ class Store:
             q = q.where(jobs.c.status.in_(list(status)))
         if kind is not None:
             q = q.where(jobs.c.kind == kind)
-        with self.reader.connect() as c:
-            return [_row(m) for m in c.execute(q).mappings()]
+        return [_row(m) for m in self._fetch(q)]
 
     def events(self, name: str, *, limit: int = 200) -> list[EventRow]:
         """The job's events, oldest first (the last ``limit``). The first, ``submitted``, is the job row's
         own submission time: not stored twice, so a submission costs one INSERT."""
         q = select(events).where(events.c.job == name).order_by(events.c.id.desc()).limit(limit)
-        with self.reader.connect() as c:
-            rows = [EventRow(**m) for m in c.execute(q).mappings()]
-            job = c.execute(select(jobs.c.submitted, jobs.c.queue).where(jobs.c.name == name)).first()
-        if job is not None and len(rows) < limit:
-            rows.append(EventRow(0, name, job.submitted, "submitted", "Submitted", f"queued in {job.queue}"))
+        rows = [EventRow(**_repaired(m, _EVENT_TEXT)[0]) for m in self._fetch(q)]
+        got = self._fetch(select(jobs.c.submitted, jobs.c.queue).where(jobs.c.name == name).limit(1))
+        if got and len(rows) < limit:
+            job, _ = _repaired(got[0], ("queue",))
+            rows.append(EventRow(0, name, job["submitted"], "submitted", "Submitted", f"queued in {job['queue']}"))
         return rows[::-1]
 
     def count_by_queue(self, statuses: Iterable[str]) -> dict[str, dict[str, int]]:
@@ -366,24 +556,28 @@ class Store:
             .group_by(jobs.c.queue, jobs.c.status)
         )
         out: dict[str, dict[str, int]] = {}
-        with self.reader.connect() as c:
-            for queue_name, status, n in c.execute(q).all():
-                out.setdefault(queue_name, {})[status] = n
+        for m in self._fetch(q):
+            queue_name, status, n = m.values()
+            out.setdefault(_fixed_text(queue_name), {})[_fixed_text(status)] = int(n)
         return out
 
     def count_by_status(self, *, queues: Iterable[str] | None = None) -> dict[str, int]:
-        q = select(jobs.c.status, func.count()).group_by(jobs.c.status)
+        q = select(jobs.c.status, func.count().label("count")).group_by(jobs.c.status)
         if queues is not None:
             q = q.where(jobs.c.queue.in_(list(queues)))
-        with self.reader.connect() as c:
-            return {s: n for s, n in c.execute(q).all()}
+        return {_fixed_text(m["status"]): int(m["count"]) for m in self._fetch(q)}
 
     def check(self) -> list[str]:
-        """Integrity problems in the store (empty when consistent): running jobs without a placement, and
-        GPUs held by two running jobs."""
+        """Integrity problems in the store (empty when consistent): records that do not decode, running jobs
+        without a placement, and GPUs held by two running jobs."""
         problems: list[str] = []
         held: dict[tuple[int, int], str] = {}
-        for r in self.jobs(status=[RUNNING], limit=10**9):
+        for r in self.jobs(limit=10**9):
+            if r.corrupt is not None:
+                problems.append(f"{r.name}: the stored record is corrupt: {r.corrupt}")
+                continue
+            if r.status != RUNNING:
+                continue
             if r.placement is None:
                 problems.append(f"{r.name}: running without a placement")
                 continue
@@ -399,6 +593,8 @@ class Store:
 
 MAX_GROUP = 512  # writes taken into one group commit at most
 GATHER_S = 0.003  # how long a new job waits for others to commit with
+_PROBE_KEY = "probe"
+_PROBE_VALUE = "p" * 8192  # more than a page: the probe needs pages that a full disk cannot give
 
 
 @dataclass(slots=True)
@@ -488,7 +684,58 @@ def decode_placement(job: str, text: str) -> Placement:
     return Placement(job, allocs, int(d["units"]))
 
 
+_JOB_TEXT = ("name", "queue", "kind", "status", "reason", "message", "doc", "placement")
+_EVENT_TEXT = ("job", "type", "reason", "message")
+
+
+def _lenient_text(b: bytes) -> str:
+    return b.decode("utf-8", "surrogateescape")
+
+
+def _fixed_text(s: str) -> str:
+    """A text read leniently, with the bytes that are not UTF-8 shown as U+FFFD."""
+    return s.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _bad_text(v: object) -> bool:
+    if not isinstance(v, str) or v.isascii():
+        return False
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _repaired(m: Any, keys: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
+    """The row as a dict with its texts that are not UTF-8 repaired, and the names of those columns."""
+    bad = [k for k in keys if _bad_text(m[k])]
+    d = dict(m)
+    for k in bad:
+        d[k] = _fixed_text(d[k])
+    return d, bad
+
+
 def _row(m: Any) -> JobRow:
+    problems: list[str] = []
+    if any(_bad_text(m[k]) for k in _JOB_TEXT):
+        m, bad = _repaired(m, _JOB_TEXT)
+        problems.append(f"{', '.join(bad)} not valid UTF-8")
+    doc: dict[str, Any] = {}
+    try:
+        loaded = json.loads(m["doc"])
+        if not isinstance(loaded, dict):
+            raise ValueError(f"a JSON {type(loaded).__name__}, not an object")
+        doc = loaded
+    except (ValueError, TypeError, RecursionError) as e:
+        problems.append(f"its spec does not decode ({e})")
+    placement: Placement | None = None
+    if m["placement"]:
+        try:
+            placement = decode_placement(m["name"], m["placement"])
+        except (ValueError, TypeError, KeyError, IndexError, RecursionError) as e:
+            problems.append(f"its placement does not decode ({type(e).__name__}: {e})")
+    corrupt = "; ".join(problems) if problems else None
     return JobRow(
         seq=m["seq"],
         name=m["name"],
@@ -498,14 +745,15 @@ def _row(m: Any) -> JobRow:
         priority=m["priority"],
         status=m["status"],
         reason=m["reason"],
-        message=m["message"],
-        doc=json.loads(m["doc"]),
+        message=m["message"] if corrupt is None else f"the stored record is corrupt: {corrupt}",
+        doc=doc if corrupt is None else {},
         submitted=m["submitted"],
         started=m["started"],
         ended=m["ended"],
-        placement=decode_placement(m["name"], m["placement"]) if m["placement"] else None,
+        placement=placement if corrupt is None else None,
         exit_code=m["exit_code"],
         restarts=m["restarts"],
+        corrupt=corrupt,
     )
 
 
@@ -526,3 +774,108 @@ def _sqlite_setup(engine: Engine, synchronous: str, *, immediate: bool) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+# ---------------------------------------------------------------------- the store file, before opening it
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (None: another database, or in memory)."""
+    try:
+        u = make_url(url)
+    except sa_exc.ArgumentError:
+        return None
+    if not u.drivername.startswith("sqlite") or not u.database or u.database == ":memory:":
+        return None
+    if u.database.startswith("file:"):
+        return None
+    return Path(u.database)
+
+
+def store_location(url: str) -> str:
+    """Where the store is, for messages: the SQLite file, or the URL without its password."""
+    path = sqlite_path(url)
+    if path is not None:
+        return str(path)
+    return url.split("@")[-1] if "@" in url else url
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_OURS = {"jobs", "events", "meta"}
+
+
+def sqlite_file_problem(path: Path) -> str | None:
+    """What makes this SQLite file unusable as a store, or None (fine, or absent, or a fault that opening it
+    will report: permissions, a lock). Raises BrokenStore for a database that is not rackscale's."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            header = f.read(100)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None  # opening it says why, with the fix
+    if size == 0:
+        return "is empty (a crash or a full disk may have truncated it)"
+    if not header.startswith(_SQLITE_HEADER[: min(len(header), 16)]):
+        return "is not a rackscale store (not even a SQLite database: it does not start with SQLite's header)"
+    if len(header) < 100:
+        return f"is truncated ({size} bytes: shorter than SQLite's header)"
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    wal = Path(f"{path}-wal")
+    no_wal = not wal.exists() or wal.stat().st_size == 0
+    # The header's page count is valid when its change counter matches; with a WAL the file may lag it.
+    if no_wal and header[24:28] == header[92:96] and page_size >= 512 and size < pages * page_size:
+        return f"is truncated ({size} bytes; its header says {pages} pages of {page_size} bytes)"
+    try:
+        con = sqlite3.connect(str(path), timeout=10)
+    except sqlite3.Error:
+        return None
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = {t for t in tables if not t.startswith("sqlite_")}
+        if tables and "jobs" not in tables:
+            shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+            raise BrokenStore(
+                f"the file {path} is a SQLite database but not a rackscale store (its tables: {shown}): point "
+                "--data-dir elsewhere, or move the file away (--init does not replace another program's database)"
+            )
+        result = [r[0] for r in con.execute("PRAGMA quick_check(5)")]
+    except sqlite3.DatabaseError as e:
+        name = getattr(e, "sqlite_errorname", "") or ""
+        text = str(e)
+        if name.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")) or "not a database" in text or "malformed" in text:
+            return f"is corrupt ({' '.join(text.split())})"
+        return None  # locked, unreadable, ...: opening it says why
+    finally:
+        con.close()
+    if result != ["ok"]:
+        said = "; ".join(" ".join(str(r).replace("*** in database main ***", "").split()) for r in result)
+        return f"is corrupt (quick_check: {said.strip('; ')[:300]})"
+    return None
+
+
+def check_store_file(url: str, *, replace: bool) -> str | None:
+    """Before opening a SQLite store: refuse one that is empty, truncated, corrupt or not a database
+    (BrokenStore, one line that says what to do), or with ``replace`` move it (and its -wal and -shm) aside
+    as ``FILE.broken-<UTC time>`` so that a new store starts; returns what was moved then, else None. A
+    database that is not rackscale's is refused either way."""
+    path = sqlite_path(url)
+    if path is None:
+        return None
+    problem = sqlite_file_problem(path)
+    if problem is None:
+        return None
+    what = "empty file" if problem.startswith("is empty") else "broken file"
+    if not replace:
+        raise BrokenStore(
+            f"the store file {path} {problem}: restore it from a backup, or pass --init to start a new store "
+            f"(the {what} is kept as {path}.broken-<UTC time>)"
+        )
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    kept = Path(f"{path}.broken-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        src = Path(f"{path}{suffix}")
+        if src.exists():
+            os.replace(src, Path(f"{kept}{suffix}"))
+    return f"the store file {path} {problem}: kept as {kept}; starting a new store"
