@@ -26,7 +26,19 @@ CASES = [
     pytest.param(lambda t: ["--data-dir", "/proc/rackscale-nope"], "cannot create the data directory", id="data-dir"),
     pytest.param(lambda t: ["--data-dir", str(t), "--db-url", "nonsense"], "not a database URL", id="bad-url"),
     pytest.param(lambda t: ["--data-dir", str(t), "--db-url", "mysql://a@b/c"], "rackscale[postgres]", id="driver"),
-    pytest.param(lambda t: ["--data-dir", str(t), "--host", "0.0.0.0"], "without auth", id="open-without-tokens"),
+    pytest.param(
+        lambda t: ["--data-dir", str(t), "--host", "0.0.0.0"], "without a token file", id="open-without-tokens"
+    ),
+    pytest.param(
+        lambda t: [*tokens(t, "tokens: [{name: a, role: admin, token: aaaaaaaaaaaaaaaaaaaa}]"), "--no-auth"],
+        "contradict",
+        id="no-auth-and-tokens",
+    ),
+    pytest.param(
+        lambda t: tokens(t, "tokens: [{name: p, role: scrape, queues: [a], token: aaaaaaaaaaaaaaaaaaaa}]"),
+        "for tenants only",
+        id="scrape-token-with-queues",
+    ),
     pytest.param(lambda t: tokens(t, "tokens: ["), "not valid YAML", id="token-yaml"),
     pytest.param(lambda t: ["--data-dir", str(t), "--backend", "k8s"], "unknown backend", id="backend"),
     pytest.param(lambda t: ["--data-dir", str(t), "--backend", "local"], "--gpus", id="local-without-gpus"),

@@ -41,9 +41,30 @@ def wait(pred: Any, *, timeout: float, what: str, engines: list[Engine]) -> Any:
 
 
 def test_job_pending_too_long_reaches_the_webhook(tmp_path: Path) -> None:
-    cfg = ServiceConfig(data_dir=tmp_path / "data", cluster=small_cluster(), speed=1000.0, interval_s=0.01)
+    # Auth on, as in production: Prometheus scrapes with a scrape token (its `authorization` setting).
+    admin, scrape = "admin-token-0123456789abcdef", "scrape-token-0123456789abcdef"
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(
+        yaml.safe_dump(
+            {
+                "tokens": [
+                    {"name": "ops", "role": "admin", "token": admin},
+                    {"name": "prometheus", "role": "scrape", "token": scrape},
+                ]
+            }
+        )
+    )
+    (tmp_path / "scrape.token").write_text(scrape + "\n")
+    cfg = ServiceConfig(
+        data_dir=tmp_path / "data", cluster=small_cluster(), speed=1000.0, interval_s=0.01, tokens_file=tokens
+    )
     engines: list[Engine] = []
-    with serve_in_thread(cfg) as live, webhook_receiver() as hook, live.client() as api:
+    with serve_in_thread(cfg) as live, webhook_receiver() as hook, live.client(admin) as api:
+        with live.client(scrape) as c:
+            assert c.get("/metrics").status_code == 200
+            assert c.get("/v1/jobs").status_code == 403  # a scrape token reads /metrics only
+        with live.client(None) as c:
+            assert c.get("/metrics").status_code == 401
         try:
             am_config = tmp_path / "alertmanager.yml"
             am_config.write_text(
@@ -77,6 +98,7 @@ def test_job_pending_too_long_reaches_the_webhook(tmp_path: Path) -> None:
                             {
                                 "job_name": "rackscale",
                                 "metrics_path": "/metrics",
+                                "authorization": {"type": "Bearer", "credentials_file": str(tmp_path / "scrape.token")},
                                 "static_configs": [{"targets": [live.url.removeprefix("http://")]}],
                             }
                         ],

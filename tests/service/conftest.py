@@ -15,6 +15,14 @@ import uvicorn
 
 from rackscale.model.topology import GPUCluster
 from rackscale.service.app import Service, ServiceConfig, build_service
+from rackscale.service.http import server_config
+
+
+class _Admin:
+    """The default of ``client(token=...)``: the service's generated admin token (None with --no-auth)."""
+
+
+ADMIN = _Admin()
 
 
 @dataclass
@@ -23,7 +31,14 @@ class LiveService:
     svc: Service
     data_dir: Path
 
-    def client(self, token: str | None = None) -> httpx.Client:
+    @property
+    def admin_token(self) -> str | None:
+        return self.svc.admin_token
+
+    def client(self, token: str | _Admin | None = ADMIN) -> httpx.Client:
+        """A client with ``token`` (default: the generated admin token; None: no Authorization header)."""
+        if isinstance(token, _Admin):
+            token = self.svc.admin_token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=10)
 
@@ -43,7 +58,7 @@ def wait_for(pred: Callable[[], object], *, timeout: float = 10.0, what: str = "
 @contextmanager
 def serve_in_thread(config: ServiceConfig) -> Iterator[LiveService]:
     svc = build_service(config)
-    server = uvicorn.Server(uvicorn.Config(svc.app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(server_config(svc.app, host="127.0.0.1", port=0, lifespan="off"))
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()
     try:
@@ -63,7 +78,8 @@ def small_cluster(racks: int = 2) -> GPUCluster:
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[LiveService]:
-    """The service on 2 NVL72 racks, auth off, the clock 1000x the wall clock (a 1 h job takes 3.6 s)."""
+    """The service on 2 NVL72 racks, the default auth (a generated admin token, which ``client()`` sends),
+    the clock 1000x the wall clock (a 1 h job takes 3.6 s)."""
     cfg = ServiceConfig(data_dir=tmp_path / "data", cluster=small_cluster(), speed=1000.0, interval_s=0.01)
     with serve_in_thread(cfg) as live:
         yield live

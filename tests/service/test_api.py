@@ -85,7 +85,7 @@ def test_a_pending_job_says_why(service: LiveService) -> None:
         ),
         pytest.param({"name": "x", "kind": "trainin", "gpus": 8}, ["body", "kind"], "", id="bad-kind"),
         pytest.param(
-            {"name": "Not/OK", "kind": "training", "gpus": 8}, ["body", "name"], "not a valid job name", id="bad-name"
+            {"name": "Not/OK", "kind": "training", "gpus": 8}, ["body", "name"], "not a valid name", id="bad-name"
         ),
         pytest.param(
             {"name": "x", "kind": "training", "gpus": 8, "priorityClassName": "urgent"},
@@ -189,7 +189,7 @@ def test_restart_keeps_every_job_and_every_placement(tmp_path: Path) -> None:
 
 
 def test_binding_beyond_loopback_without_tokens_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ServiceConfigError, match="without auth"):
+    with pytest.raises(ServiceConfigError, match="without a token file"):
         build_service(ServiceConfig(data_dir=tmp_path, host="0.0.0.0", cluster=small_cluster()), start=False)
 
 

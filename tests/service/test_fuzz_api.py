@@ -1,9 +1,12 @@
 """Schemathesis over every operation of the service's OpenAPI spec, in-process (ASGI), bounded.
 
-Three passes, each on its own service (runner started, SQLite in a temp dir): auth off; auth on without a
-valid token (every /v1 answer must be 401); auth on with a tenant's token. Checks: never a 5xx, and
-responses conform to the schema where one is declared. After each pass the store is consistent
+Three passes, each on its own service (runner started, SQLite in a temp dir): auth off (``--no-auth``);
+auth on without a valid token (every /v1 answer must be 401); auth on with a tenant's token. Checks: never
+a 5xx, and responses conform to the schema where one is declared. After each pass the store is consistent
 (``Store.check()``) and the service still answers.
+
+Every free-form string of the spec (no pattern, enum or format of its own) is drawn from a strategy that
+mixes in what a hostile client sends: NUL, lone surrogates, C0/C1 controls, DEL and bidi overrides.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -62,7 +66,15 @@ def _service(tmp: Path, *, auth: bool) -> Iterator[Service]:
         tokens = tmp / "tokens.yaml"
         tokens.write_text(TOKENS_YAML)
     svc = build_service(
-        ServiceConfig(data_dir=tmp / "data", cluster=small_cluster(), speed=1000.0, interval_s=0.01, tokens_file=tokens)
+        ServiceConfig(
+            data_dir=tmp / "data",
+            cluster=small_cluster(),
+            speed=1000.0,
+            interval_s=0.01,
+            tokens_file=tokens,
+            no_auth=not auth,
+            allowed_hosts=("testserver",),  # the test client's Host
+        )
     )
     try:
         yield svc
@@ -80,14 +92,47 @@ def auth_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     yield from _service(tmp_path_factory.mktemp("fuzz-auth"), auth=True)
 
 
+HOSTILE_FORMAT = "rackscale-hostile-text"  # for JSON bodies: a lone surrogate travels as "\ud800"
+HOSTILE_URL_FORMAT = "rackscale-hostile-url-text"  # for paths and queries, which carry bytes: no surrogates
+_HOSTILE_CHARS = ["\x00", "\x1b", "\x07", "\r", "\x7f", "\x9b", "\u202e", "\u2066", "\n"]
+_SURROGATES = ["\ud800", "\udfff"]
+
+
+def _hostile(chars: list[str]) -> st.SearchStrategy[str]:
+    return st.lists(st.one_of(st.sampled_from(chars), st.characters(codec="utf-8")), min_size=1, max_size=20).map(
+        "".join
+    )
+
+
+schemathesis.openapi.format(HOSTILE_FORMAT, _hostile(_HOSTILE_CHARS + _SURROGATES))
+schemathesis.openapi.format(HOSTILE_URL_FORMAT, _hostile(_HOSTILE_CHARS))
+
+
+def _hostile_strings(node: Any, fmt: str) -> None:
+    """Give every free-form string schema a hostile format (those with a pattern, enum or format keep it)."""
+    if isinstance(node, dict):
+        if node.get("type") == "string" and not {"pattern", "enum", "format", "const"} & set(node):
+            node["format"] = fmt
+        for value in node.values():
+            _hostile_strings(value, fmt)
+    elif isinstance(node, list):
+        for value in node:
+            _hostile_strings(value, fmt)
+
+
 def _openapi() -> dict[str, Any]:
-    """The service's OpenAPI document (from a service that is built but not started)."""
+    """The service's OpenAPI document (from a service that is built but not started), hostile strings in."""
     with tempfile.TemporaryDirectory(prefix="rackscale-openapi-") as tmp:
         svc = build_service(ServiceConfig(data_dir=Path(tmp), cluster=small_cluster()), start=False)
         try:
-            return svc.app.openapi()
+            doc = svc.app.openapi()
         finally:
             svc.close()
+    for ops in doc["paths"].values():  # requests only: the responses' schemas stay as the service declares them
+        for op in ops.values():
+            _hostile_strings(op.get("requestBody"), HOSTILE_FORMAT)
+            _hostile_strings(op.get("parameters"), HOSTILE_URL_FORMAT)
+    return doc
 
 
 # Loaded from the document, not with schemathesis.pytest.from_fixture: its lazy loader reads
@@ -96,7 +141,7 @@ api = schemathesis.openapi.from_dict(_openapi())
 
 
 def _consistent(svc: Service) -> None:
-    assert svc.ctx.runner.fatal is None
+    assert svc.ctx.runner.problem is None
     assert svc.ctx.runner.errors == 0, "the runner raised while the fuzzer ran (see the log)"
     store = Store(svc.ctx.store.url)
     try:
@@ -105,6 +150,7 @@ def _consistent(svc: Service) -> None:
         store.close()
     with TestClient(svc.app) as client:
         headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"} if svc.ctx.tokens is not None else {}
+        assert client.get("/v1/jobs", headers=headers).status_code == 200  # every list page still answers
         assert client.get("/readyz").status_code == 200
         assert client.get("/v1/cluster", headers=headers).status_code == 200
         ok = client.post(

@@ -115,8 +115,10 @@ def test_the_page_shows_racks_kpis_jobs_and_a_jobs_details(service: LiveService,
         nodes_by_name = {n.name: n.index for n in lv.cluster.nodes}
         lv.state.fail_node(nodes_by_name["r001-n16"])
         lv.state.fail_gpu(nodes_by_name["r001-n17"], 1)
-    page.goto(service.url + "/")
+    # The URL `rackscale serve` prints: the generated token in the fragment, which the page takes and drops.
+    page.goto(service.url + f"/#token={service.admin_token}")
     page.wait_for_selector("[data-kpi=idleRate] .value:text-matches('%$')")
+    assert "token" not in page.url
     for key in ("idleRate", "intraRackTrafficShare", "allocationRatio", "completed", "failed"):
         assert page.inner_text(f"[data-kpi={key}] .value").strip(), key
     assert page.inner_text("[data-kpi=gpusAllocated] .value").replace(" ", "") == "0/144"
@@ -209,7 +211,7 @@ def test_a_big_cluster_shows_an_aggregate_and_pages_of_grids(tmp_path: Path, pag
         too_many = c.get("/v1/ui/overview", params={"detail": ",".join(f"r{i:03d}" for i in range(65))})
         assert too_many.status_code == 422 and "page" in too_many.json()["detail"]
 
-        page.goto(live.url + "/")
+        page.goto(live.url + f"/#token={live.admin_token}")
         page.wait_for_selector("#aggregate:not([hidden])")
         page.wait_for_function("() => document.querySelectorAll('.agg').length === 120")
         page.wait_for_selector(".rack[data-rack=r000]")

@@ -136,6 +136,12 @@ class ServerProcess:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         self.wait_ready(ready_timeout)
 
+    @property
+    def token(self) -> str:
+        """The admin token the server generated (the default auth, which the load goes through)."""
+        path = self.data_dir / "admin.token"
+        return path.read_text().strip() if path.exists() else ""  # none with --no-auth or --tokens
+
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
@@ -145,6 +151,7 @@ class ServerProcess:
             try:
                 with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as r:
                     if r.status == 200:
+                        _TOKEN[0] = self.token  # the checks' requests carry it too
                         return
             except (OSError, urllib.error.URLError):
                 pass
@@ -187,10 +194,16 @@ class ServerProcess:
 
 
 # ------------------------------------------------------------------------------------------ a small HTTP client
+_TOKEN: list[str] = [""]  # the running server's admin token, once it is ready
+
+
 def http_json(url: str, method: str = "GET", body: object = None, timeout: float = 30.0) -> tuple[int, Any]:
-    """One request with the standard library (for checks, not for load)."""
+    """One request with the standard library (for checks, not for load), with the server's token."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if _TOKEN[0]:
+        headers["Authorization"] = f"Bearer {_TOKEN[0]}"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             raw = r.read()
@@ -204,8 +217,9 @@ def http_json(url: str, method: str = "GET", body: object = None, timeout: float
 class _Conn:
     """One keep-alive HTTP/1.1 connection (requests in turn, no pipelining)."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, token: str = "") -> None:
         self.port = port
+        self.auth = f"Authorization: Bearer {token}\r\n" if token else ""
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -223,7 +237,7 @@ class _Conn:
         assert self.reader is not None and self.writer is not None
         head = (
             f"POST {path} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
+            f"{self.auth}Content-Length: {len(body)}\r\n\r\n"
         ).encode()
         self.writer.write(head + body)
         await self.writer.drain()
@@ -268,6 +282,7 @@ class WorkerPlan:
     seed: int
     prefix: str
     rate: float = 0.0  # submissions/s this worker offers (0: as fast as replies come back)
+    token: str = ""  # the server's admin token
 
 
 def _read_port(port_file: str) -> int:
@@ -282,7 +297,7 @@ async def _drive(plan: WorkerPlan, acked: Any) -> dict[str, Any]:
     slots = iter(range(10**12))
 
     async def one_connection() -> None:
-        conn = _Conn(_read_port(plan.port_file))
+        conn = _Conn(_read_port(plan.port_file), plan.token)
         for i in docs:
             if time.time() >= plan.deadline:
                 return
@@ -303,7 +318,7 @@ async def _drive(plan: WorkerPlan, acked: Any) -> dict[str, Any]:
                 conn.close()
                 while time.time() < plan.deadline:
                     await asyncio.sleep(0.05)
-                    conn = _Conn(_read_port(plan.port_file))
+                    conn = _Conn(_read_port(plan.port_file), plan.token)
                     try:
                         await conn.open()
                         break
@@ -518,7 +533,7 @@ def run_service_benchmark(
             ctx.Process(
                 target=_worker_main,
                 args=(
-                    WorkerPlan(str(port_file), per[w], conns[w], deadline, seed, "bench", rate / workers),
+                    WorkerPlan(str(port_file), per[w], conns[w], deadline, seed, "bench", rate / workers, server.token),
                     acked_count,
                     results,
                 ),

@@ -153,13 +153,14 @@ def run_rackscale(slurm: Slurm, gangs: list[Gang], data_dir: Path, *, require_ra
     import uvicorn
 
     from rackscale.service.app import ServiceConfig, build_service
+    from rackscale.service.http import server_config
 
     opts: dict[str, object] = {"poll_interval_s": 0.2}
     if slurm.conf is not None:
         opts["slurm_conf"] = str(slurm.conf)
     svc = build_service(ServiceConfig(data_dir=data_dir, backend="slurm", backend_options=opts, interval_s=0.02))
     cluster = svc.ctx.runner.live.cluster
-    server = uvicorn.Server(uvicorn.Config(svc.app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(server_config(svc.app, host="127.0.0.1", port=0, lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     names = {f"rs-{g.name}": g.name for g in gangs}
@@ -180,7 +181,8 @@ def run_rackscale(slurm: Slurm, gangs: list[Gang], data_dir: Path, *, require_ra
         )
         watcher.start()
         try:
-            with httpx.Client(base_url=url, timeout=10) as c:
+            auth = {"Authorization": f"Bearer {svc.admin_token}"} if svc.admin_token else {}
+            with httpx.Client(base_url=url, timeout=10, headers=auth) as c:
                 for g in gangs:
                     time.sleep(max(0.0, g.arrive_s - (time.monotonic() - t0)))
                     body = {
@@ -192,9 +194,10 @@ def run_rackscale(slurm: Slurm, gangs: list[Gang], data_dir: Path, *, require_ra
                     }
                     if require_rack:
                         body["topology"] = {"required": "rack"}
-                    submitted[g.name] = time.monotonic() - t0
+                    at = time.monotonic() - t0
                     r = c.post("/v1/jobs", json=body)
                     r.raise_for_status()
+                    submitted[g.name] = at  # only what was accepted is waited for (a refusal must not hang)
         finally:
             done[0] = True
             watcher.join()

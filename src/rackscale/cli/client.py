@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.markup import escape
 
-from rackscale.cli.output import err_console, fail
+from rackscale.cli.output import err_console, fail, printable
 
 if TYPE_CHECKING:
     import httpx
@@ -56,16 +55,18 @@ TokenFileOpt = Annotated[
 
 def die(message: str, code: int = EXIT_SERVER) -> NoReturn:
     """End the command with ``error: message``: styled by ``fail`` on a terminal; plain and never wrapped
-    when stderr is a pipe or a log (a ``file:line: field: ...`` line must stay one line for grep)."""
+    when stderr is a pipe or a log (a ``file:line: field: ...`` line must stay one line for grep).
+    The message may carry the server's words: its terminal controls are shown as escapes (``printable``)."""
+    text = printable(message, multiline=True)
     if err_console.is_terminal:
-        fail(escape(message), code=code)  # escape: job paths and lists hold brackets, not markup
-    sys.stderr.write(f"error: {message}\n")
+        fail(text, code=code)  # as text: job paths and lists hold brackets, not markup
+    sys.stderr.write(f"error: {text}\n")
     raise typer.Exit(code)
 
 
 def warn(message: str) -> None:
-    """A line on stderr, as it is (no markup, no wrapping)."""
-    sys.stderr.write(message + "\n")
+    """A line on stderr, as it is (no markup, no wrapping), its terminal controls shown as escapes."""
+    sys.stderr.write(printable(message, multiline=True) + "\n")
 
 
 # ----------------------------------------------------------------------------------------- configuration
@@ -83,14 +84,12 @@ def _config() -> tuple[dict[str, Any], str]:
         if explicit:
             die(f"RACKSCALE_CONFIG names {path}, which does not exist (unset it or create the file)", EXIT_USAGE)
         return {}, str(path)
-    import yaml
+    from rackscale.loaders import SpecError, read_text, safe_load_bounded
 
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        die(f"{path}: cannot read the config file ({e})", EXIT_USAGE)
-    except yaml.YAMLError as e:
-        die(f"{path}: the config file is not valid YAML ({e})", EXIT_USAGE)
+    try:  # bounded: a config file is read by every verb, so it gets the spec files' limits (size, aliases)
+        doc = safe_load_bounded(read_text(path), source=str(path))
+    except SpecError as e:
+        die(f"the config file cannot be used: {e}", EXIT_USAGE)
     if doc is None:
         return {}, str(path)
     if not isinstance(doc, dict):
@@ -141,7 +140,12 @@ def resolve(server: str | None, token_file: Path | None) -> Target:
             if value is not None and not isinstance(value, str):
                 die(f"{cfg_path}: token: must be a string", EXIT_USAGE)
             token = value or None
-    return Target(normalize_server(url), token.strip() if token else None)
+    server_url = normalize_server(url)
+    if token is None:  # last: the token a loopback `rackscale serve` generated for this user
+        from rackscale.cli.runtime import token_for
+
+        token = token_for(server_url)
+    return Target(server_url, token.strip() if token else None)
 
 
 # ----------------------------------------------------------------------------------------- HTTP
@@ -316,8 +320,12 @@ def num(v: Any) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, indent: str = "", out: Any = None) -> None:
-    """Plain columns, left-aligned, three spaces apart (kubectl's layout: never wrapped or boxed)."""
-    cells = [[str(h) for h in headers], *[["-" if c is None or c == "" else str(c) for c in r] for r in rows]]
+    """Plain columns, left-aligned, three spaces apart (kubectl's layout: never wrapped or boxed). A cell's
+    terminal controls, tabs and newlines are shown as escapes (cells come from the server: ``printable``)."""
+    cells = [
+        [printable(str(h)) for h in headers],
+        *[["-" if c is None or c == "" else printable(str(c)) for c in r] for r in rows],
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     stream = out or sys.stdout
     for r in cells:

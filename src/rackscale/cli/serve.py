@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from rackscale.cli.common import resolve_cluster
-from rackscale.cli.output import err_console, fail
+from rackscale.cli.output import err_console, fail, printable
 
 SERVICE_EXTRA = "pip install 'rackscale[service]'"
 
@@ -54,6 +56,55 @@ def serve(
     stop_grace: Annotated[
         float, typer.Option("--stop-grace", help="local backend: seconds from SIGTERM to SIGKILL on cancel.", min=0)
     ] = 10.0,
+    run_as: Annotated[
+        str | None,
+        typer.Option(
+            "--run-as",
+            metavar="USER",
+            help="local backend: the unprivileged user jobs run as (default: rackscale-job if it exists, else "
+            "nobody; needs the service to run as root).",
+        ),
+    ] = None,
+    allow_root_jobs: Annotated[
+        bool, typer.Option("--allow-root-jobs", help="local backend: allow jobs to run as root (unsafe).")
+    ] = False,
+    max_log_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-log-bytes",
+            metavar="N",
+            help="local backend: cap on each job's log; the excess is dropped.",
+            min=4096,
+        ),
+    ] = 64 * 1024 * 1024,
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth",
+            help="Turn auth off (loopback only): any local process or web page may then submit commands. "
+            "Without --tokens, a random admin token is generated instead.",
+        ),
+    ] = False,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            metavar="NAME",
+            help="Host header value to accept besides loopback names and --host (repeatable; e.g. the DNS name "
+            "of a TLS proxy in front).",
+        ),
+    ] = None,
+    docs: Annotated[
+        bool, typer.Option("--docs/--no-docs", help="Serve the interactive API docs at /docs (from a CDN).")
+    ] = False,
+    init: Annotated[
+        bool,
+        typer.Option(
+            "--init",
+            help="Start a new store when the one in --data-dir is empty or corrupt (the broken file is kept "
+            "beside it); without it such a store refuses to start.",
+        ),
+    ] = False,
 ) -> None:
     """Run rackscale as a service: REST API under /v1, /metrics, the web page at /, state in --data-dir.
 
@@ -62,17 +113,29 @@ def serve(
       rackscale serve                                   # simulated 4-rack NVL72 cluster, http://127.0.0.1:8080
       rackscale serve --speed 60 --racks 16             # a minute of cluster time per second
       rackscale serve --backend local --gpus 0,1        # run jobs' commands on this machine's GPUs 0 and 1
-      rackscale serve --host 0.0.0.0 --tokens tokens.yaml
+      rackscale serve --host 0.0.0.0 --tokens tokens.yaml --allowed-host sched.example.com
+      rackscale serve --backend local --run-as rackscale-job --max-log-bytes 16777216
+
+    Without --tokens a random admin token is generated: printed once as the page's URL, kept 0600 in
+    --data-dir, and found by this user's client verbs (docs/security.md). --no-auth turns auth off.
     """
     try:
         import uvicorn
 
+        from rackscale.cli.runtime import remove_token, write_token
         from rackscale.service.app import ServiceConfig, ServiceConfigError, build_service, tune_process
-        from rackscale.service.auth import TokenFileError
+        from rackscale.service.auth import ADMIN_TOKEN_FILE, TokenFileError
+        from rackscale.service.http import server_config
     except ImportError as e:
         fail(f"the service needs extra packages ({e.name} is missing): {SERVICE_EXTRA}")
     cl = resolve_cluster(cluster, racks) if (cluster is not None or racks is not None or backend == "sim") else None
-    options: dict[str, object] = {"stop_grace_s": stop_grace}
+    options: dict[str, object] = {
+        "stop_grace_s": stop_grace,
+        "allow_root_jobs": allow_root_jobs,
+        "max_log_bytes": max_log_bytes,
+    }
+    if run_as is not None:
+        options["run_as"] = run_as
     if slurm_conf is not None:
         options["slurm_conf"] = str(slurm_conf)
     if gpus is not None:
@@ -92,26 +155,46 @@ def serve(
         db_url=db_url,
         durability=durability,
         policy=policy,
+        no_auth=no_auth,
+        allowed_hosts=tuple(allowed_host or ()),
+        docs=docs,
+        init_store=init,
     )
+    os.umask(0o077)  # the store, the generated token and logs: readable by the service user only
     try:
         svc = build_service(config)
     except (ServiceConfigError, TokenFileError) as e:
         fail(str(e))
-    if tokens is None:
+    for warning in svc.ctx.tokens.warnings if svc.ctx.tokens is not None else ():
+        err_console.print(Text.assemble(("WARNING:", "bold yellow"), " ", printable(warning)), highlight=False)
+    shown_host = f"[{host}]" if ":" in host else host
+    url = f"http://{shown_host}:{port}"
+    if no_auth:
         err_console.print(
-            "[bold yellow]WARNING: auth is OFF[/] (no --tokens file): anyone who can reach "
-            f"{host}:{port} can submit and cancel jobs. Listening on loopback only.",
+            "[bold yellow]WARNING: auth is OFF[/] (--no-auth): any process or web page on this machine that can "
+            f"reach {host}:{port} can submit and cancel jobs. Listening on loopback only.",
             highlight=False,
         )
     r = svc.recovered
     err_console.print(
         f"rackscale serving {svc.ctx.runner.live.cluster.name} ({svc.ctx.runner.live.cluster.total_gpus} GPUs, "
-        f"backend {svc.ctx.backend}) on http://{host}:{port}  data: {data_dir}  "
+        f"backend {svc.ctx.backend}) on {url}  data: {data_dir}  "
         f"recovered {r['running']} running, {r['pending']} pending",
         highlight=False,
     )
+    token_file = None
+    if svc.admin_token is not None:
+        token_file = write_token(port, svc.admin_token)
+        # The page reads the token from the URL's fragment, which the browser never sends to a server.
+        err_console.print(
+            f"admin token generated (kept in {data_dir / ADMIN_TOKEN_FILE}; the client verbs of this user find it "
+            f"in {token_file}). Open the page at:\n    {url}/#token={svc.admin_token}",
+            highlight=False,
+        )
     tune_process()
     try:
-        uvicorn.run(svc.app, host=host, port=port, log_level="warning", access_log=False)
+        uvicorn.Server(server_config(svc.app, host=host, port=port)).run()
     finally:
         svc.close()
+        if token_file is not None and svc.admin_token is not None:
+            remove_token(port, svc.admin_token)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from rackscale.model.spec_errors import SpecInvalid
+from rackscale.model.text import CommandWord, EnvValue, LabelKey, LabelValue, LongText, Name, Plain
 
 SEED_GPUS_PER_NODE = 4
 SEED_NODES_PER_RACK = 18  # an NVL72 rack: 18 compute trays of 4 GPUs
@@ -63,16 +64,22 @@ def _memory(value: object) -> object:
 Toggle = Annotated[bool, BeforeValidator(_toggle)]
 Memory = Annotated[int | None, BeforeValidator(_memory)]
 Count = Annotated[int, Field(ge=1, le=MAX_UNITS)]
-NonEmpty = Annotated[str, Field(min_length=1)]
+NonEmpty = Plain  # short printable text (rackscale.model.text says what every kind of string may hold)
 # An environment variable's name: what a shell accepts (a backend may write it into a batch script).
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
+MAX_ARGV = 4096  # words in a command
+MAX_ENV = 1024  # entries in env
 
 
 class MetadataDoc(_Doc):
     name: NonEmpty = Field(examples=["my-cluster"])
     # Accepted so that Kubernetes manifests load unchanged; not used by rackscale.
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
+    labels: dict[LabelKey, LabelValue] | None = Field(None, max_length=256)
+    annotations: dict[LabelKey, LongText] | None = Field(None, max_length=256)
+
+
+class JobMetadataDoc(MetadataDoc):
+    name: Name = Field(examples=["train-1"])  # a job's name is stricter
 
 
 # ------------------------------------------------------------------------------- clusters: seed form
@@ -208,23 +215,25 @@ class JobBodyDoc(_Doc):
     priority_class_name: NonEmpty | None = None
     preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
     preemptible: bool = True
-    queue: NonEmpty = "default"
+    queue: Name = "default"
     topology: JobTopologyDoc | None = None
     comm: CommDoc | None = None
     checkpoint_interval_seconds: float | None = Field(None, gt=0)
     duration_estimate_seconds: float | None = Field(None, gt=0)
     submit_time: float = Field(0.0, ge=0)
     # What the `local` backend runs: an argv list (never a shell line), and extra environment variables.
-    command: list[str] | None = Field(None, min_length=1, examples=[["python", "train.py", "--epochs", "3"]])
-    env: dict[EnvName, str] | None = Field(None, examples=[{"NCCL_DEBUG": "INFO"}])
+    command: list[CommandWord] | None = Field(
+        None, min_length=1, max_length=MAX_ARGV, examples=[["python", "train.py", "--epochs", "3"]]
+    )
+    env: dict[EnvName, EnvValue] | None = Field(None, max_length=MAX_ENV, examples=[{"NCCL_DEBUG": "INFO"}])
 
 
 class FlatJobDoc(JobBodyDoc):
-    name: NonEmpty = Field(examples=["train-1"])
+    name: Name = Field(examples=["train-1"])
 
 
 class K8sJobDoc(_Doc):
     api_version: Literal["rackscale.io/v1"] = Field(examples=["rackscale.io/v1"])
     kind: Literal["Job"]
-    metadata: MetadataDoc
+    metadata: JobMetadataDoc
     spec: JobBodyDoc

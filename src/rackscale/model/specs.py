@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from rackscale.model import spec_docs as d
 from rackscale.model.spec_errors import SpecError, SpecProblem, problems_from_validation
+from rackscale.model.text import document_problems
 from rackscale.model.topology import (
     DEFAULT_BACKBONE,
     DEFAULT_LEVELS,
@@ -81,6 +82,8 @@ def _validate(model: type[_M], doc: Mapping[str, Any]) -> _M:
 def _require_mapping(doc: object, what: str, example: str) -> Mapping[str, Any]:
     if not isinstance(doc, Mapping):
         raise SpecError([SpecProblem((), f"expected a {what} (key: value pairs), got {type(doc).__name__}", example)])
+    if hostile := document_problems(doc):  # NUL, lone surrogates, absurd depth: anywhere, before the models
+        raise SpecError(hostile)
     return doc
 
 

@@ -216,12 +216,12 @@ class ResourceScheduler:
                 if reservation is None and self.profile.backfill and status.code is Code.UNSCHEDULABLE:
                     reservation = plan_reservation(job, state, ctx)
                     if reservation is not None:
-                        status = _reserved_status(job, reservation)
+                        status = _reserved_status(job, reservation, state)
                 elif reservation is not None and job.name != reservation.job and exclude:
                     status = wait(
                         Reason.RESERVATION,
-                        f"{status.message}; racks {sorted(reservation.racks)} are held for job "
-                        f"{reservation.job!r}, which this job would delay",
+                        f"{status.message}; rack(s) {_rack_names(state, reservation.racks)} are held for a job "
+                        "ahead of it in the queue, which this job would delay",
                         "backfill",
                     )
                 waiting.append(Pending(job, status))
@@ -392,9 +392,10 @@ class ResourceScheduler:
             Preemption(
                 victim=v.spec.name,
                 preemptor=job.name,
+                # No job names: the host shows this to the victim's owner, who may be another tenant.
                 reason=(
-                    f"preempted by {job.name!r} (priority {job.priority} > {v.spec.priority}) to free GPUs "
-                    f"in rack(s) {', '.join(state.cluster.racks[r].name for r in sorted(choice.racks))}"
+                    f"priority {job.priority} > {v.spec.priority}, to free GPUs in rack(s) "
+                    f"{', '.join(state.cluster.racks[r].name for r in sorted(choice.racks))}"
                 ),
             )
             for v in choice.victims
@@ -455,14 +456,19 @@ def _backfilled(p: Placed) -> Placed:
     return Placed(p.spec, p.placement, p.expected_end, backfilled=True, scale_up=p.scale_up)
 
 
-def _reserved_status(job: JobSpec, r: Reservation) -> Status:
+def _reserved_status(job: JobSpec, r: Reservation, state: ClusterState) -> Status:
     when = f"from t={r.start:g}" if r.start is not None else "until running jobs end"
     return wait(
         Reason.RESERVATION,
-        f"waiting for GPUs: racks {sorted(r.racks)} are reserved for it {when}; smaller jobs are "
+        f"waiting for GPUs: rack(s) {_rack_names(state, r.racks)} are reserved for it {when}; smaller jobs are "
         "backfilled only where they do not delay it",
         "backfill",
     )
+
+
+def _rack_names(state: ClusterState, racks: frozenset[int] | set[int]) -> str:
+    names = [state.cluster.racks[r].name for r in sorted(racks)]
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
 __all__ = ["BUILTIN_PRIORITY_CLASSES", "QueueConfig", "ResourceScheduler"]

@@ -3,14 +3,14 @@
 Errors are JSON ``{"detail": ...}``: 401 without a valid token, 403/404 for another tenant's jobs (never
 their data), 404 for unknown names, 409 for a duplicate job name, 413 for a body over the limit, 422 for a
 bad job spec with each problem's field path and a fix. Nothing here raises to the client as a 500 on bad
-input; a 503 says the store refused a write (the service then stops taking work).
+input; a 503 (with Retry-After) says the store cannot write now, why and the fix: nothing of that request was
+stored, and the service takes work again by itself once the store does.
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the route signatures at run time, and the
 # dependency aliases below are local to create_app.
 import asyncio
 import json
-import re
 from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
@@ -23,8 +23,9 @@ from rackscale.model.spec_docs import FlatJobDoc
 from rackscale.model.spec_errors import SpecError
 from rackscale.model.specs import job_from_dict
 from rackscale.service.auth import ANONYMOUS, Principal, TokenTable
+from rackscale.service.guard import RequestGuard
 from rackscale.service.runner import Runner
-from rackscale.service.store import STATUSES, DuplicateJob, Store
+from rackscale.service.store import STATUSES, DuplicateJob, RejectedJob, Store, StoreUnavailable
 from rackscale.service.views import (
     ClusterOut,
     ErrorOut,
@@ -48,9 +49,8 @@ from rackscale.service.views import (
     visible_to,
 )
 
-NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,251}[a-z0-9])?$")
-NAME_FIX = "use 1-253 lowercase letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
 DEFAULT_MAX_BODY = 64 * 1024
+RETRY_AFTER_S = "5"  # the Retry-After of a 503 (the store cannot write now; the service heals by itself)
 
 
 class ApiError(Exception):
@@ -67,13 +67,17 @@ class ServiceContext:
     max_body_bytes: int = DEFAULT_MAX_BODY
     metrics: Any = None  # rackscale.service.metrics.Metrics (optional)
     web_dir: str | None = None
+    # Host header names accepted (rackscale.service.guard); None: no request guard (library use only).
+    allowed_hosts: frozenset[str] | None = None
+    docs: bool = False  # /docs and /redoc load their scripts from a CDN: off unless asked for
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "missing or wrong bearer token"},
-    403: {"model": ErrorOut, "description": "the token may not use this queue"},
+    403: {"model": ErrorOut, "description": "the token may not use this queue, priority or class"},
     404: {"model": ErrorOut, "description": "no such job (or not yours)"},
     413: {"model": ErrorOut, "description": "request body too large"},
+    415: {"model": ErrorOut, "description": "the body is not sent as application/json"},
     422: {"model": ErrorOut, "description": "invalid request: each problem with its field path and a fix"},
     503: {"model": ErrorOut, "description": "the service cannot take work now"},
 }
@@ -86,7 +90,11 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         summary="Topology-aware scheduling of GPU jobs on rack-scale (NVLink-domain) clusters.",
         # Declared app-wide so that no route advertises FastAPI's default 422 body: ours is ErrorOut.
         responses={401: _ERRORS[401], 422: _ERRORS[422]},
+        docs_url="/docs" if ctx.docs else None,
+        redoc_url="/redoc" if ctx.docs else None,
     )
+    if ctx.allowed_hosts is not None:
+        app.add_middleware(RequestGuard, hosts=ctx.allowed_hosts)
     app.state.ctx = ctx
     live = ctx.runner.live
     cluster = live.cluster
@@ -101,7 +109,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
             {
                 "loc": [str(p) for p in e.get("loc", ())],
                 "msg": e.get("msg", "invalid"),
-                "fix": "see /docs for the field",
+                "fix": "see the field in /openapi.json (or docs/specs.md)",
             }
             for e in exc.errors()
         ]
@@ -133,8 +141,11 @@ def create_app(ctx: ServiceContext) -> FastAPI:
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> JSONResponse:
-        if ctx.runner.fatal:
-            return JSONResponse({"status": "failing", "detail": ctx.runner.fatal}, status_code=503)
+        problem = ctx.runner.problem  # the store cannot write now; clears by itself once a write commits
+        if problem:
+            return JSONResponse(
+                {"status": "failing", "detail": problem}, status_code=503, headers={"Retry-After": RETRY_AFTER_S}
+            )
         return JSONResponse({"status": "ready"})
 
     # ------------------------------------------------------------------ jobs
@@ -155,13 +166,17 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         # The hot path (the load test's): auth inline rather than as a dependency, and the reply serialised
         # once by pydantic rather than validated again against the response model. Same answers.
         who = authenticate(ctx, request.headers.get("authorization"))
-        if ctx.runner.fatal:
-            raise ApiError(503, f"not taking work: {ctx.runner.fatal}")
+        if problem := ctx.runner.problem:
+            raise ApiError(503, f"not taking work: {problem}", {"Retry-After": RETRY_AFTER_S})
         body = await _read_body(request, ctx.max_body_bytes)
         try:
             doc = json.loads(body)
         except (ValueError, UnicodeDecodeError) as e:
             raise ApiError(422, [{"loc": ["body"], "msg": f"not valid JSON: {e}", "fix": "send a JSON object"}]) from e
+        except RecursionError as e:  # far past the spec's depth limit
+            raise ApiError(
+                422, [{"loc": ["body"], "msg": "JSON nested too deeply", "fix": "send a job document (4 levels)"}]
+            ) from e
         if not isinstance(doc, dict):
             raise ApiError(
                 422,
@@ -180,13 +195,14 @@ def create_app(ctx: ServiceContext) -> FastAPI:
             spec = job_from_dict(doc)
         except SpecError as e:
             raise ApiError(422, [{"loc": ["body", *p.loc], "msg": p.message, "fix": p.fix} for p in e.problems]) from e
-        if not NAME_RE.match(spec.name):
-            where = ["body", "metadata", "name"] if "metadata" in doc else ["body", "name"]
-            raise ApiError(422, [{"loc": where, "msg": f"{spec.name[:80]!r} is not a valid job name", "fix": NAME_FIX}])
         if not who.can_use(spec.queue):
             raise ApiError(
                 403, f"token {who.name!r} may not submit to queue {spec.queue!r} (its queues: {', '.join(who.queues)})"
             )
+        klass = body_doc.get("priorityClassName")
+        refusal = who.priority_refusal(priority=spec.priority, priority_class=klass if isinstance(klass, str) else None)
+        if refusal is not None:
+            raise ApiError(403, refusal)
         now = ctx.runner.clock.now()
         spec = replace(spec, submit_time=now)
         try:
@@ -205,6 +221,12 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         except DuplicateJob as e:
             raise ApiError(
                 409, f"a job named {spec.name!r} already exists (pick another name, or cancel it and use a new one)"
+            ) from e
+        except StoreUnavailable as e:  # nothing was stored: the client may send it again
+            raise ApiError(503, str(e), {"Retry-After": RETRY_AFTER_S}) from e
+        except RejectedJob as e:  # the database refused this row (the others of its commit went through)
+            raise ApiError(
+                422, [{"loc": ["body"], "msg": str(e), "fix": "shorten the job's names and values, then send it again"}]
             ) from e
         ctx.runner.submitted(spec)
         if ctx.metrics is not None:
@@ -245,11 +267,16 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     async def get_job(name: str, who: Who) -> JobOut:
         return job_view(visible_job(name, who))
 
-    @app.delete("/v1/jobs/{name}", response_model=JobOut, responses={404: _ERRORS[404]}, summary="Cancel a job")
+    @app.delete("/v1/jobs/{name}", response_model=JobOut, responses=_pick(404, 503), summary="Cancel a job")
     async def cancel_job(name: str, who: Who) -> JobOut:
         visible_job(name, who)
+        if problem := ctx.runner.problem:
+            raise ApiError(503, f"not taking work: {problem}", {"Retry-After": RETRY_AFTER_S})
         now = ctx.runner.clock.now()
-        row = await asyncio.to_thread(ctx.store.cancel, name, now)  # waits for its commit, off the event loop
+        try:
+            row = await asyncio.to_thread(ctx.store.cancel, name, now)  # waits for its commit, off the event loop
+        except StoreUnavailable as e:  # nothing changed: the client may send it again
+            raise ApiError(503, str(e), {"Retry-After": RETRY_AFTER_S}) from e
         if row is None:
             raise ApiError(404, f"no job named {name!r}")
         ctx.runner.cancelled(name)
@@ -337,7 +364,11 @@ def create_app(ctx: ServiceContext) -> FastAPI:
 
     # ------------------------------------------------------------------ metrics and the page
     @app.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        # Series carry queue and service names: with auth on, only an admin or a scrape token reads them.
+        who = authenticate(ctx, request.headers.get("authorization"), metrics=True)
+        if not who.may_scrape:
+            raise ApiError(403, f"token {who.name!r} may not read /metrics (use an admin or a scrape token)")
         if ctx.metrics is None:
             raise ApiError(404, "metrics are off")
         body, content_type = ctx.metrics.exposition()
@@ -350,8 +381,9 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     return app
 
 
-def authenticate(ctx: ServiceContext, authorization: str | None) -> Principal:
-    """Who is calling: anyone is an admin without a token file; else a known bearer token, or 401."""
+def authenticate(ctx: ServiceContext, authorization: str | None, *, metrics: bool = False) -> Principal:
+    """Who is calling: anyone is an admin with auth off (--no-auth); else a known bearer token, or 401.
+    A scrape token is good for /metrics only (``metrics``)."""
     if ctx.tokens is None:
         return ANONYMOUS
     bad = {"WWW-Authenticate": "Bearer"}
@@ -363,6 +395,8 @@ def authenticate(ctx: ServiceContext, authorization: str | None) -> Principal:
     who = ctx.tokens.lookup(token.strip())
     if who is None:
         raise ApiError(401, "unknown token", bad)
+    if who.role == "scrape" and not metrics:
+        raise ApiError(403, f"token {who.name!r} is a scrape token: it may read /metrics only")
     return who
 
 

@@ -13,8 +13,9 @@ from fastapi import FastAPI
 from rackscale.backends.base import Backend
 from rackscale.model.topology import GPUCluster
 from rackscale.service.api import DEFAULT_MAX_BODY, ServiceContext, create_app
-from rackscale.service.auth import TokenTable
+from rackscale.service.auth import TokenTable, generated_admin_token
 from rackscale.service.clock import ServiceClock
+from rackscale.service.guard import allowed_hosts
 from rackscale.service.live import LiveCluster
 from rackscale.service.metrics import Metrics
 from rackscale.service.runner import Runner
@@ -46,6 +47,11 @@ class ServiceConfig:
     policy: str = "rackscale"
     max_body_bytes: int = DEFAULT_MAX_BODY
     interval_s: float = 0.05
+    # Without tokens_file: a random admin token is generated (kept 0600 in data_dir) unless no_auth.
+    no_auth: bool = False
+    allowed_hosts: tuple[str, ...] = ()  # Host header values accepted besides loopback names and `host`
+    docs: bool = False  # /docs and /redoc (their scripts come from a CDN)
+    init_store: bool = False  # replace an empty or corrupt store instead of refusing to start
 
 
 @dataclass(slots=True)
@@ -54,6 +60,7 @@ class Service:
     app: FastAPI
     ctx: ServiceContext
     recovered: dict[str, int]
+    admin_token: str | None = None  # the generated one (no token file, auth on); None otherwise
 
     def close(self) -> None:
         self.ctx.runner.stop()
@@ -111,11 +118,23 @@ def make_backend(config: ServiceConfig) -> tuple[Backend, GPUCluster]:
     raise ServiceConfigError(f"unknown backend {config.backend!r} (use sim, local or slurm)")
 
 
-def open_store(url: str, *, synchronous: str) -> Store:
-    """The store, or a ServiceConfigError that says what is wrong with it (never a driver traceback)."""
+def open_store(url: str, *, synchronous: str, init: bool = False) -> Store:
+    """The store, or a ServiceConfigError that says what is wrong with it (never a driver traceback). A SQLite
+    file that is empty, truncated, corrupt or not a database is refused, or with ``init`` kept aside as
+    FILE.broken-<UTC time> for a new store; a database that is not rackscale's is refused either way."""
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+    from rackscale.service.store import BrokenStore, check_store_file
+
     shown = url.split("@")[-1] if "@" in url else url  # no password in messages
+    try:
+        moved = check_store_file(url, replace=init)
+    except BrokenStore as e:
+        raise ServiceConfigError(str(e)) from e
+    except OSError as e:
+        raise ServiceConfigError(f"cannot move the broken store at {shown} aside: {e} (fix: move it by hand)") from e
+    if moved is not None:
+        log.warning("%s", moved)
     try:
         return Store(url, synchronous=synchronous)
     except ModuleNotFoundError as e:
@@ -137,14 +156,33 @@ def open_store(url: str, *, synchronous: str) -> Store:
         raise ServiceConfigError(f"cannot open the store at {shown}: {reason} (fix: {hint})") from e
 
 
+def refuse_orphans(store: Store, backend: Backend) -> None:
+    """Never adopt-and-stop on a new store: a store created at this start (or holding no job) while the
+    backend still runs jobs it started for an earlier store is a lost or replaced store, not a fresh cluster.
+    (With --init the caller skips this, and ``adopt`` stops them.)"""
+    from rackscale.backends.base import orphans
+
+    if not store.is_new():
+        return
+    left = orphans(backend)
+    if left:
+        shown = ", ".join(left[:3]) + (", ..." if len(left) > 3 else "")
+        raise ServiceConfigError(
+            f"the store in {store.location} is new but the {backend.name} backend still runs {len(left)} job(s) "
+            f"from an earlier store ({shown}): restore the store, or pass --init to stop them"
+        )
+
+
 def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
     """Everything but the HTTP server. Raises ServiceConfigError with a message a user can act on."""
     tokens = TokenTable.load(config.tokens_file) if config.tokens_file is not None else None
     if tokens is None and not is_loopback(config.host):
         raise ServiceConfigError(
-            f"refusing to listen on {config.host} without auth: give --tokens FILE (see docs/service.md), or "
-            "bind to 127.0.0.1"
+            f"refusing to listen on {config.host} without a token file: give --tokens FILE (see "
+            "docs/security.md), or bind to 127.0.0.1"
         )
+    if tokens is not None and config.no_auth:
+        raise ServiceConfigError("--no-auth and --tokens contradict each other: give one of them")
     if config.durability not in ("normal", "full"):
         raise ServiceConfigError(f"--durability must be normal or full (got {config.durability!r})")
     try:
@@ -155,14 +193,26 @@ def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
             "(fix: pass --data-dir with a writable path)"
         ) from e
     url = config.db_url or f"sqlite:///{config.data_dir / 'rackscale.db'}"
-    store = open_store(url, synchronous=config.durability.upper())
+    store = open_store(url, synchronous=config.durability.upper(), init=config.init_store)
     backend, cluster = make_backend(config)
+    if not config.init_store:
+        try:
+            refuse_orphans(store, backend)
+        except ServiceConfigError:
+            backend.close()
+            store.close()
+            raise
     clock = ServiceClock(speed=config.speed, resume_from=store.latest_time())
     live = LiveCluster(cluster, policy=config.policy)
     metrics = Metrics()
     runner = Runner(live, store, backend, clock, observer=metrics, interval_s=config.interval_s)
     metrics.attach(runner)
     recovered = runner.recover()
+    admin_token: str | None = None
+    if tokens is None and not config.no_auth:
+        # Safe by default: no request may change anything without this token (Jupyter's way).
+        admin_token, _ = generated_admin_token(config.data_dir)
+        tokens = TokenTable.single_admin(admin_token)
     ctx = ServiceContext(
         store=store,
         runner=runner,
@@ -170,8 +220,10 @@ def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
         tokens=tokens,
         max_body_bytes=config.max_body_bytes,
         metrics=metrics,
+        allowed_hosts=allowed_hosts(config.host, config.allowed_hosts),
+        docs=config.docs,
     )
     app = create_app(ctx)
     if start:
         runner.start()
-    return Service(config, app, ctx, recovered)
+    return Service(config, app, ctx, recovered, admin_token)

@@ -126,7 +126,8 @@ class LiveCluster:
             if pre.victim in self.monitor:
                 self.monitor.remove_job(pre.victim)
             self.counters.preemption_victims += 1
-            out.append(Change(pre.victim, PREEMPTED, now, "Preempted", f"preempted by {pre.preemptor}: {pre.reason}"))
+            message = self._preempted_by(spec, pre.preemptor, pre.reason)
+            out.append(Change(pre.victim, PREEMPTED, now, "Preempted", message))
             self._enqueue(spec)
         apply_decisions(self.state, d, now=now)
         for p in d.placed:
@@ -159,6 +160,13 @@ class LiveCluster:
                 if name in self.pending:
                     self._explain(name, d.not_examined_status, now, out)
         return out
+
+    def _preempted_by(self, victim: JobSpec, preemptor: str, reason: str) -> str:
+        """The victim's event: the preemptor is named only within one queue (its owner may see it); another
+        tenant's job is never named to the victim's owner."""
+        other = self.specs.get(preemptor)
+        who = f"job {preemptor!r}" if other is not None and other.queue == victim.queue else "a job of another queue"
+        return f"preempted by {who} ({reason})"
 
     def _explain(self, name: str, status: Status, now: float, out: list[Change]) -> None:
         """Keep the latest reason in memory (the API shows it). Only a job's first reason is a change, which

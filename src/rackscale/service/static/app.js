@@ -72,6 +72,13 @@
   const swatch = (name) => h("i", { class: "swatch", style: `background:${jobColour(name)}` });
 
   // ------------------------------------------------------------------ the API
+  // `rackscale serve` prints the page's URL as /#token=...: a fragment never reaches a server or a log.
+  // Take it, keep it for this tab only, and drop it from the address bar and the history.
+  const fromUrl = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (fromUrl) {
+    sessionStorage.setItem(TOKEN_KEY, fromUrl);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
   let token = sessionStorage.getItem(TOKEN_KEY) || "";
 
   class AuthError extends Error {}
