@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
@@ -112,30 +112,36 @@ LabelValue = Annotated[str, Field(max_length=63), AfterValidator(_label_value)]
 def document_problems(doc: Any, *, max_depth: int = MAX_DEPTH) -> list[SpecProblem]:
     """What no field may hold, wherever it is: NUL bytes and lone surrogates in keys or values, and nesting
     deeper than ``max_depth``. Checked before the models look at the document, so an unknown key is judged
-    too (the models would echo it back in their message)."""
-    return list(_walk(doc, (), 0, max_depth))
-
-
-def _walk(value: Any, loc: tuple[str | int, ...], depth: int, max_depth: int) -> Iterator[SpecProblem]:
-    if isinstance(value, str):
-        if (bad := _nul_or_surrogate(value)) is not None:
-            yield SpecProblem(loc, f"contains {char_name(bad)}", "remove it: no field may hold it")
-        return
-    if not isinstance(value, Mapping | list | tuple):
-        return
-    if depth >= max_depth:
-        yield SpecProblem(loc, f"is nested more than {max_depth} levels deep", "flatten the document")
-        return
-    if isinstance(value, Mapping):
-        for key, item in value.items():
+    too (the models would echo it back in their message). On the submit path: a loop, not a recursion."""
+    problems: list[SpecProblem] = []
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(doc, ())]
+    while stack:
+        value, loc = stack.pop()
+        if isinstance(value, str):
+            if (bad := _nul_or_surrogate(value)) is not None:
+                problems.append(SpecProblem(loc, f"contains {char_name(bad)}", "remove it: no field may hold it"))
+            continue
+        if isinstance(value, Mapping):
+            items: Iterable[tuple[Any, Any]] = value.items()
+        elif isinstance(value, list | tuple):
+            items = enumerate(value)
+        else:
+            continue
+        if len(loc) >= max_depth:
+            problems.append(SpecProblem(loc, f"is nested more than {max_depth} levels deep", "flatten the document"))
+            continue
+        for key, item in items:
             if isinstance(key, str) and (bad := _nul_or_surrogate(key)) is not None:
                 shown = key.encode("unicode_escape").decode("ascii")  # the key names the place, escaped
-                yield SpecProblem((*loc, shown), f"this key contains {char_name(bad)}", "remove it: no key may hold it")
+                problems.append(
+                    SpecProblem((*loc, shown), f"this key contains {char_name(bad)}", "remove it: no key may hold it")
+                )
                 continue
-            yield from _walk(item, (*loc, key if isinstance(key, str | int) else repr(key)), depth + 1, max_depth)
-    else:
-        for i, item in enumerate(value):
-            yield from _walk(item, (*loc, i), depth + 1, max_depth)
+            if isinstance(item, str) and item.isascii() and "\0" not in item:
+                continue  # the common case, without a trip through the stack
+            stack.append((item, (*loc, key if isinstance(key, str | int) else repr(key))))
+    problems.reverse()  # roughly document order for a single problem; several are all reported
+    return problems
 
 
 def _nul_or_surrogate(text: str) -> str | None:

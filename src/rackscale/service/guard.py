@@ -86,30 +86,40 @@ class RequestGuard:
     def __init__(self, app: ASGIApp, *, hosts: frozenset[str]) -> None:
         self.app = app
         self.hosts = hosts
+        self._seen: dict[str, bool] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers: dict[bytes, bytes] = {}
-        for k, v in scope["headers"]:
-            headers.setdefault(k, v)  # the first of a repeated header; the parser lower-cases names
-        refusal = self._refusal(scope["method"], headers)
+        refusal = self._refusal(scope["method"], scope["headers"])
         if refusal is not None:
             status, detail = refusal
             await _reply(send, status, detail)
             return
         await self.app(scope, receive, send)
 
-    def _refusal(self, method: str, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
-        raw_host = headers.get(b"host", b"").decode("latin-1")
+    def _refusal(self, method: str, raw_headers: Iterable[tuple[bytes, bytes]]) -> tuple[int, str] | None:
+        host_value = origin = ctype = length = None
+        chunked = False
+        for k, v in raw_headers:  # the parser lower-cases names; the first of a repeated header counts
+            if k == b"host":
+                host_value = v if host_value is None else host_value
+            elif k == b"origin":
+                origin = v if origin is None else origin
+            elif k == b"content-type":
+                ctype = v if ctype is None else ctype
+            elif k == b"content-length":
+                length = v if length is None else length
+            elif k == b"transfer-encoding":
+                chunked = True
+        raw_host = host_value.decode("latin-1") if host_value is not None else ""
         host, port = _split_host(raw_host)
-        if raw_host and not (host in self.hosts or _is_ip(host)):
+        if raw_host and not self._host_ok(host):
             return 421, (
                 f"this service does not answer to the host name {host[:100]!r} (fix: use its address, or start "
                 "it with --allowed-host NAME)"
             )
-        origin = headers.get(b"origin")
         if origin is not None:
             text = origin.decode("latin-1").strip()
             parts = urlsplit(text) if text != "null" else None
@@ -118,12 +128,22 @@ class RequestGuard:
             same = parts is not None and o_host == host and _same_port(o_port, port, parts.scheme)
             if not same and o_host not in self.hosts - LOOPBACK_NAMES:
                 return 403, f"cross-origin request refused (Origin {text[:100]!r}); use the page this service serves"
-        if method in _CHANGING and _has_body(headers):
-            ctype = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
-            if ctype != b"application/json":
-                shown = ctype.decode("latin-1")[:60] or "none"
+        has_body = length.strip() not in (b"", b"0") if length is not None else chunked
+        if method in _CHANGING and has_body:
+            media = (ctype or b"").split(b";", 1)[0].strip().lower()
+            if media != b"application/json":
+                shown = media.decode("latin-1")[:60] or "none"
                 return 415, f"send the body as JSON with 'Content-Type: application/json' (got {shown})"
         return None
+
+    def _host_ok(self, host: str) -> bool:
+        ok = self._seen.get(host)
+        if ok is None:  # parsed once per distinct name (bounded: a flood of names only refills the cache)
+            ok = host in self.hosts or _is_ip(host)
+            if len(self._seen) > 1024:
+                self._seen.clear()
+            self._seen[host] = ok
+        return ok
 
 
 def _port_ok(parts: Any) -> bool:
@@ -137,13 +157,6 @@ def _port_ok(parts: Any) -> bool:
 def _same_port(origin_port: str, host_port: str, scheme: str) -> bool:
     default = {"http": "80", "https": "443"}.get(scheme, "")
     return (origin_port or default) == (host_port or default)
-
-
-def _has_body(headers: dict[bytes, bytes]) -> bool:
-    length = headers.get(b"content-length")
-    if length is not None:
-        return length.strip() not in (b"", b"0")
-    return b"transfer-encoding" in headers
 
 
 async def _reply(send: Send, status: int, detail: str) -> None:

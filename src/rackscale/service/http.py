@@ -39,10 +39,6 @@ if HttpToolsProtocol is not None:
             self._in_head = True
             self._head_timer: asyncio.TimerHandle | None = None
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._start_head()
-
         def connection_lost(self, exc: Exception | None) -> None:
             self._stop_head_timer()
             super().connection_lost(exc)
@@ -50,7 +46,7 @@ if HttpToolsProtocol is not None:
         def data_received(self, data: bytes) -> None:
             if self._in_head:
                 # Only the head counts: a read may carry the head and the start of the body.
-                seen = self._tail + data
+                seen = self._tail + data if self._tail else data
                 end = seen.find(b"\r\n\r\n")
                 size = self._head_bytes + (end + 4 - len(self._tail) if end >= 0 else len(data))
                 if size > self.max_head_bytes:
@@ -58,6 +54,10 @@ if HttpToolsProtocol is not None:
                     return
                 self._head_bytes = size
                 self._tail = seen[-3:]
+                if end < 0 and self._head_timer is None:
+                    # A head that does not come in one read (rare but for attacks) gets a deadline; the
+                    # common case, a whole head in one read, costs no timer.
+                    self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_too_slow)
             super().data_received(data)
 
         def on_headers_complete(self) -> None:
@@ -67,15 +67,11 @@ if HttpToolsProtocol is not None:
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
-            self._start_head()  # a keep-alive connection's next request starts its own head
-
-        # -------------------------------------------------------------- internals
-        def _start_head(self) -> None:
-            self._in_head = True
+            self._in_head = True  # a keep-alive connection's next request starts its own head
             self._head_bytes = 0
             self._tail = b""
-            self._stop_head_timer()
-            self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_too_slow)
+
+        # -------------------------------------------------------------- internals
 
         def _stop_head_timer(self) -> None:
             if self._head_timer is not None:
