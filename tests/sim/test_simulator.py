@@ -167,3 +167,39 @@ def test_an_undersized_service_counts_as_overloaded() -> None:
     r = Simulator(small(), [svc], SimConfig(autoscale_every_s=600.0)).run()
     assert r.kpis["inference_overloaded_share"] == pytest.approx(1.0)
     assert r.kpis["slo_attainment"] == 0.0
+
+
+def test_no_data_is_none_never_a_perfect_score() -> None:
+    # the only job is larger than the cluster: it fails at once, nothing runs, nothing is measured
+    r = run([training("huge", 1000, duration_estimate_s=3600.0)])
+    k = r.kpis  # type: ignore[attr-defined]
+    assert (k["completed"], k["failed"]) == (0, 1)
+    for key in (
+        "allocation_ratio",
+        "idle_rate",
+        "intra_rack_traffic_share",
+        "single_rack_share",
+        "mean_jct_s",
+        "p99_jct_s",
+        "mean_queueing_s",
+        "training_samples_per_s",
+        "cost_per_million_samples",
+        "cost_efficiency_samples",
+        "slo_attainment",
+        "worst_p99_latency_s",
+        "makespan_s",
+    ):
+        assert k[key] is None, key
+    assert json.loads(json.dumps(k))["intra_rack_traffic_share"] is None  # JSON null
+
+
+def test_kpis_without_their_kind_of_work_are_none() -> None:
+    # one batch job: no multi-GPU training, no bytes moved, no inference; time did pass
+    from rackscale.model import batch
+
+    r = run([batch("b", gpus=1, tasks=1, duration_estimate_s=600.0)])
+    k = r.kpis  # type: ignore[attr-defined]
+    assert k["makespan_s"] == pytest.approx(600.0) and k["mean_jct_s"] == pytest.approx(600.0)
+    assert k["single_rack_share"] is None and k["intra_rack_traffic_share"] is None
+    assert k["slo_attainment"] is None and k["inference_overloaded_share"] is None
+    assert k["cost_per_million_tokens"] is None and k["inference_tokens_per_s"] == 0.0

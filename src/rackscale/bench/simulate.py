@@ -104,7 +104,7 @@ def run_one(config: Result, progress: ChildProgress) -> Result:
         gpus=cluster.total_gpus,
         load_s=load_s,
         sim_s=sim_s,
-        events_per_s=result.kpis["events"] / sim_s if sim_s > 0 else None,
+        events_per_s=(result.kpis["events"] or 0) / sim_s if sim_s > 0 else None,
         peak_rss_mb=peak_rss_mb(),
     )
     return out

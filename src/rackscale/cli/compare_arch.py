@@ -13,11 +13,12 @@ import typer
 from rich.text import Text
 
 from rackscale.cli.output import OutputFormat, console, emit, err_console, fail, printable
+from rackscale.sim.summary import currency_code
 
 
 def compare_arch(
-    racks: int = typer.Option(4, "--racks", min=1, help="NVL72 racks of architecture A (B gets as many GPUs)."),
-    node_gpus: int = typer.Option(8, "--node-gpus", min=1, help="GPUs per node (= NVLink domain) of B."),
+    racks: int = typer.Option(4, "--racks", help="NVL72 racks of architecture A (B gets as many GPUs)."),
+    node_gpus: int = typer.Option(8, "--node-gpus", help="GPUs per node (= NVLink domain) of B."),
     n_jobs: int = typer.Option(600, "--n-jobs", min=1, help="Jobs in the synthetic mix."),
     price_a: float = typer.Option(20.0, "--price-a", min=0.0, help="Price per GPU-hour on A."),
     price_b: float = typer.Option(20.0, "--price-b", min=0.0, help="Price per GPU-hour on B."),
@@ -38,12 +39,16 @@ def compare_arch(
 
     if policy not in PROFILES:
         fail(f"unknown policy {policy!r}; choose one of: {', '.join(PROFILES)}")
+    if racks < 1:  # checked here, not by typer, for the same one-line error as ``simulate --racks 0``
+        fail(f"--racks must be at least 1 (got {racks})")
+    if node_gpus < 1:
+        fail(f"--node-gpus must be at least 1 (got {node_gpus})")
     gpus = racks * 72
     if gpus % node_gpus:
         fail(f"--node-gpus must divide the {gpus} GPUs of A (e.g. 4 or 8)")
-    arch_a = GPUCluster.uniform(name=f"A: {racks} x NVL72", racks_per_region=racks, pricing=Pricing(price_a))
+    arch_a = GPUCluster.uniform(name=f"{racks} x NVL72", racks_per_region=racks, pricing=Pricing(price_a))
     arch_b = GPUCluster.uniform(
-        name=f"B: {gpus // node_gpus} x {node_gpus}-GPU nodes",
+        name=f"{gpus // node_gpus} x {node_gpus}-GPU nodes",
         racks_per_region=gpus // node_gpus,
         nodes_per_rack=1,
         gpus_per_node=node_gpus,
@@ -62,11 +67,13 @@ def compare_arch(
         "cost_per_million_samples_divided_by": _ratio(b["cost_per_million_samples"], a["cost_per_million_samples"]),
         "mean_jct_divided_by": _ratio(b["mean_jct_s"], a["mean_jct_s"]),
     }
+    code = currency_code(arch_a.pricing.currency)
     assumptions = [
         f"A: {arch_a.name}; B: {arch_b.name}; {gpus} GPUs each; the same {len(jobs)}-job synthetic mix (seed {seed}).",
         f"NVLink {arch_a.tiers.nvlink.bandwidth_gbps:g} Gb/s per GPU inside a domain; RDMA "
         f"{arch_a.tiers.rdma.bandwidth_gbps:g} Gb/s per GPU NIC between domains, on both.",
-        f"Same GPU speed on both; price per GPU-hour {price_a:g} (A) and {price_b:g} (B).",
+        f"Same GPU speed on both; price per GPU-hour {code} {price_a:,.2f} (A) and {code} {price_b:,.2f} (B).",
+        "n/a: a ratio with no data on one side (e.g. no inference served, no job completed).",
         "Throughput = work done over the makespan of the same workload: when both clusters keep up with the "
         "arrivals, most of the gain shows in job completion time rather than in throughput.",
         "The seed's claims (x28 throughput, /15 cost per token) are claims; these ratios are this model's.",
@@ -75,14 +82,18 @@ def compare_arch(
     if as_json:
         emit({**payload, "assumptions": assumptions}, OutputFormat.json)
         return
-    rows = [{"measure": k, "A / B (measured)": v, "seed claims": _claim(k)} for k, v in ratios.items()]
+    rows = [
+        {"measure": k, "A / B (measured)": "n/a" if v is None else f"x{v:,.2f}", "seed claims": _claim(k)}
+        for k, v in ratios.items()
+    ]
     emit(rows, OutputFormat.table, title="architecture A vs B")
     for line in assumptions:
         console.print(Text(f"- {printable(line)}"), highlight=False)
 
 
-def _ratio(x: float, y: float) -> float | None:
-    return x / y if y else None
+def _ratio(x: float | None, y: float | None) -> float | None:
+    """``x / y``; ``None`` where either side has no data (e.g. no job completed) or ``y`` is 0."""
+    return x / y if x is not None and y else None
 
 
 def _claim(key: str) -> str:

@@ -11,12 +11,35 @@ from enum import StrEnum
 from typing import Any, NoReturn
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 from rich.text import Text
 
-console = Console()
-err_console = Console(stderr=True)
+PIPE_WIDTH = 1000  # columns when the output is no terminal: a pipe or a file gets whole lines
+
+
+class _Console(Console):
+    """A console that does not wrap at 80 columns when its output is no terminal.
+
+    Rich takes a pipe or a file for an 80-column terminal (or the width of whatever terminal stdin or
+    stderr is), so ``rackscale simulate | cat`` or ``> out.txt`` would fold or cut tables. Here a pipe or
+    a file gets :data:`PIPE_WIDTH` columns: a table is as wide as its content (tables do not expand) and
+    prose lines stay whole. ``COLUMNS`` still wins, as it does for a terminal."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = super().size
+        if self._width is None and not self.is_terminal and not self._environ.get("COLUMNS", "").isdigit():
+            return ConsoleDimensions(PIPE_WIDTH, dims.height)
+        return dims
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+console: Console = _Console()
+err_console: Console = _Console(stderr=True)
 
 # What a terminal would act on, or what would make a line read differently from what it holds: the C0
 # controls (ESC starts ANSI/OSC sequences; CR and BS overwrite what came before), DEL, the C1 controls (a

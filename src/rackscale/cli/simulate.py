@@ -7,10 +7,25 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.table import Table
 from rich.text import Text
 
 from rackscale.cli.common import resolve_cluster
-from rackscale.cli.output import OutputFormat, emit, err_console, fail, printable
+from rackscale.cli.output import OutputFormat, console, emit, err_console, fail, printable
+from rackscale.sim.summary import (
+    GOALS,
+    NA,
+    SAME_REST,
+    fmt_kpi,
+    goal_text,
+    judge_all,
+    label,
+    mark,
+    plural,
+    policy_note,
+    timeline,
+    verdict,
+)
 
 KPI_ROWS = (
     "completed",
@@ -18,6 +33,7 @@ KPI_ROWS = (
     "allocation_ratio",
     "idle_rate",
     "intra_rack_traffic_share",
+    "rdma_bytes",
     "single_rack_share",
     "mean_jct_s",
     "p99_jct_s",
@@ -34,13 +50,9 @@ KPI_ROWS = (
     "lost_gpu_hours",
     "makespan_s",
 )
-KPI_GOALS = {
-    "idle_rate": "<= 0.05",
-    "intra_rack_traffic_share": ">= 0.90",
-    "single_rack_share": "higher",
-    "mean_jct_s": "lower",
-    "slo_attainment": "higher",
-}
+KPI_GOALS = GOALS  # the goals of DESIGN.md: a threshold is met or missed; "higher"/"lower" ranks the policies
+LABEL_MIN = 14  # the narrowest the KPI column gets before the table gives way to a list
+MARK_STYLES = {"met": "green", "best": "green", "missed": "red", "worse": "red", "same": "dim"}
 
 
 def simulate(
@@ -74,7 +86,12 @@ def simulate(
 
     With no options: 4 NVL72 racks (288 GPUs) and 24 h of the embedded synthetic mix (training gangs
     sized like Philly plus a multi-rack tail, inference services with a daily load curve, batch jobs),
-    rackscale vs first-fit. Placement changes speed: a gang split over racks runs at RDMA speed.
+    rackscale vs first-fit (the default Kubernetes scheduler's spread). Placement changes speed: a gang
+    split over racks runs at RDMA speed. The table judges each goal (met / missed, best / worse), names
+    what each policy stands for, says why the last job ends days after the last arrival (the multi-rack
+    tail), and ends with what the policy under test gained and lost against each baseline. n/a: nothing
+    to measure (e.g. no job completed). --json keeps raw numbers (null for n/a) and adds goals, verdict
+    and timeline.
 
     Examples:\n
       rackscale simulate\n
@@ -125,23 +142,78 @@ def simulate(
 
         write_report(report, cluster=cluster, results=results, workload=f"{len(jobs)} jobs")
         err_console.print(f"report written to {report}")
+    currency = cluster.pricing.currency
+    kpis = {str(r["policy"]): r["kpis"] for r in runs}
+    goals = judge_all(kpis, currency)
+    verdicts = [verdict(policies[0], b, kpis[policies[0]], kpis[b]) for b in policies[1:]]
+    tl = timeline(results, cluster)
     if as_json or output is not OutputFormat.table:
         payload = {
             "cluster": {"name": cluster.name, "gpus": cluster.total_gpus, "racks": len(cluster.racks)},
             "jobs": len(jobs),
             "runs": runs,
+            "policies": {p: policy_note(p) for p in policies},
+            "goals": goals,
+            "verdict": verdicts,
+            "timeline": tl.as_dict(),
         }
         emit(payload, OutputFormat.json if as_json else output)
         return
-    table_rows = [
-        {"kpi": k, **{str(r["policy"]): r["kpis"].get(k) for r in runs}, "goal": KPI_GOALS.get(k, "")} for k in KPI_ROWS
-    ]
-    emit(
-        table_rows,
-        OutputFormat.table,
-        columns=("kpi", *policies, "goal"),
-        title=f"{len(jobs)} jobs on {cluster.name} ({cluster.total_gpus} GPUs, {len(cluster.racks)} racks)",
-    )
+    size = f"{cluster.total_gpus:,} GPUs, {plural(len(cluster.racks), 'rack')}"
+    title = f"{plural(len(jobs), 'job')} on {cluster.name} ({size})"
+    _print_kpis(title, policies, kpis, goals, currency)
+    notes = [f"{p} = {policy_note(p)}" for p in policies]
+    if len(policies) > 1:
+        notes.append(f"({SAME_REST})")
+    notes.append(f"goal: met / missed its threshold, or best / worse of the policies; {NA}: nothing to measure")
+    notes.append(tl.text())
+    for r in runs:
+        reasons = sorted(r["failed_reasons"].items(), key=lambda kv: -kv[1])
+        if reasons:
+            shown = "; ".join(f"{n:,} x {why}" for why, n in reasons[:3])
+            more = f"; and {len(reasons) - 3} more reasons (--json lists them)" if len(reasons) > 3 else ""
+            notes.append(f"{r['policy']}: {plural(int(r['kpis']['failed']), 'job')} failed: {shown}{more}")
+    for line in notes:
+        console.print(Text(printable(line)), highlight=False)
+    for v in verdicts:
+        for line in v["lines"]:
+            console.print(Text(printable(line)), highlight=False)
+
+
+def _print_kpis(
+    title: str, policies: list[str], kpis: dict[str, Any], goals: dict[str, dict[str, str]], currency: str
+) -> None:
+    """The KPIs side by side, each judged against its goal; a list, one KPI after another, where the
+    terminal is too narrow for the table (a table never folds a value or cuts it)."""
+
+    def cell(key: str, p: str) -> Text:
+        v = kpis[p].get(key)
+        out = Text(fmt_kpi(key, v, currency), style="dim" if v is None else "")
+        m = mark(goals.get(key, {}).get(p, ""))
+        if m:
+            out.append(f" {m}", style=MARK_STYLES.get(m, ""))
+        return out
+
+    rows = [[Text(label(key)), *(cell(key, p) for p in policies), Text(goal_text(key))] for key in KPI_ROWS]
+    heads = ["KPI", *(printable(p) for p in policies), "goal"]
+    widths = [max(len(h), *(r[i].cell_len for r in rows)) for i, h in enumerate(heads)]
+    # labels wrap at spaces when the terminal is narrow (down to LABEL_MIN columns); values never do
+    if LABEL_MIN + sum(widths[1:]) + 3 * len(heads) + 1 <= console.width:
+        table = Table(title=Text(printable(title)))
+        table.add_column(heads[0], min_width=min(LABEL_MIN, widths[0]))
+        for h in heads[1:]:
+            table.add_column(Text(h), no_wrap=True)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+        return
+    console.print(Text(printable(title), style="bold"), highlight=False)
+    width = max(len(p) for p in policies)
+    for key in KPI_ROWS:
+        goal = goal_text(key)
+        console.print(Text(label(key) + (f" (goal: {goal})" if goal else "")), highlight=False)
+        for p in policies:
+            console.print(Text(f"  {printable(p):<{width}}  ").append_text(cell(key, p)), highlight=False)
 
 
 def _workload(

@@ -12,6 +12,13 @@
 - fragmentation: the share of free GPUs in racks too full to host the typical (median) pending request.
 - inference: SLO attainment (share of served demand-time whose p99 latency met the SLO), the worst finite
   p99, and the share of demand-time a service was overloaded (demand above capacity: no finite p99).
+
+A KPI with nothing to measure is ``None`` (JSON ``null``, shown "n/a"), never a perfect or a zero score:
+no time elapsed (nothing ran: no makespan, no ratios over time, no idle rate, no throughput), no job
+waiting at a sample (fragmentation), no byte moved (intra-rack share), no multi-GPU training started
+(single-rack share), no job completed or started (JCT, queueing), no inference served (SLO attainment,
+worst p99, overloaded share), no output (cost per unit of it), or a free cluster (cost efficiency). A run
+in which no job ever waited has an idle rate of 0: no GPU stayed idle while work waited.
 """
 
 from __future__ import annotations
@@ -23,10 +30,13 @@ from dataclasses import dataclass, field
 
 from rackscale.model.workload import JobKind
 
+Kpi = float | int | None
+"""One KPI's value: ``None`` where there was nothing to measure."""
 
-def percentile(xs: Sequence[float], q: float) -> float:
+
+def percentile(xs: Sequence[float], q: float) -> float | None:
     if not xs:
-        return 0.0
+        return None
     s = sorted(xs)
     return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
 
@@ -82,46 +92,50 @@ class KpiAccumulator:
     def started(self, kind: JobKind, *, wait: float) -> None:
         self.queueing.setdefault(kind, []).append(wait)
 
-    def kpis(self, *, makespan_s: float, cluster_gpus: int, price_per_gpu_hour: float) -> dict[str, float | int]:
+    def kpis(self, *, makespan_s: float, cluster_gpus: int, price_per_gpu_hour: float) -> dict[str, Kpi]:
+        """The KPIs of a run that lasted ``makespan_s`` (first arrival to the last event; 0: nothing ran)."""
         all_jct = [x for xs in self.jct.values() for x in xs]
         all_wait = [x for xs in self.queueing.values() for x in xs]
-        hours = makespan_s / 3600.0
+        span = makespan_s if makespan_s > 0 else None
         cost_per_hour = cluster_gpus * price_per_gpu_hour
-        cost = cost_per_hour * hours
-        samples_s = self.samples / makespan_s if makespan_s > 0 else 0.0
-        tokens_s = self.tokens / makespan_s if makespan_s > 0 else 0.0
+        cost = cost_per_hour * span / 3600.0 if span is not None else None
+        samples_s = self.samples / span if span is not None else None
+        tokens_s = self.tokens / span if span is not None else None
         total_bytes = self.bytes_nvlink + self.bytes_rdma + self.bytes_backbone
-        out: dict[str, float | int] = {
+        out: dict[str, Kpi] = {
             "completed": self.completed,
             "failed": self.failed,
             "allocation_ratio": _ratio(self.allocated_gpu_s, self.available_gpu_s),
-            "idle_rate": _ratio(self.idle_waiting_gpu_s, self.available_while_waiting_gpu_s),
+            # no job waited: no GPU was idle while work waited (0); no time at all: nothing to measure
+            "idle_rate": _ratio(self.idle_waiting_gpu_s, self.available_while_waiting_gpu_s)
+            if self.available_while_waiting_gpu_s > 0
+            else (0.0 if self.available_gpu_s > 0 else None),
             "idle_no_work_share": _ratio(self.idle_no_work_gpu_s, self.available_gpu_s),
-            "intra_rack_traffic_share": self.bytes_nvlink / total_bytes if total_bytes > 0 else 1.0,
+            "intra_rack_traffic_share": _ratio(self.bytes_nvlink, total_bytes),
             "rdma_bytes": self.bytes_rdma,
             "backbone_bytes": self.bytes_backbone,
-            "single_rack_share": _ratio(self.single_rack_starts, self.multi_gpu_starts, empty=1.0),
-            "mean_jct_s": statistics.fmean(all_jct) if all_jct else 0.0,
+            "single_rack_share": _ratio(self.single_rack_starts, self.multi_gpu_starts),
+            "mean_jct_s": statistics.fmean(all_jct) if all_jct else None,
             "p50_jct_s": percentile(all_jct, 0.50),
             "p99_jct_s": percentile(all_jct, 0.99),
-            "mean_queueing_s": statistics.fmean(all_wait) if all_wait else 0.0,
+            "mean_queueing_s": statistics.fmean(all_wait) if all_wait else None,
             "p50_queueing_s": percentile(all_wait, 0.50),
             "p99_queueing_s": percentile(all_wait, 0.99),
             "training_samples_per_s": samples_s,
             "inference_tokens_per_s": tokens_s,
             "cost_per_hour": cost_per_hour,
-            "cost_per_million_tokens": cost / self.tokens * 1e6 if self.tokens else 0.0,
-            "cost_per_million_samples": cost / self.samples * 1e6 if self.samples else 0.0,
-            "cost_efficiency_samples": samples_s / (cost_per_hour * 3600.0) if cost_per_hour else 0.0,
-            "cost_efficiency_tokens": tokens_s / (cost_per_hour * 3600.0) if cost_per_hour else 0.0,
-            "slo_attainment": _ratio(self.slo_met_weight, self.slo_weight, empty=1.0),
-            "worst_p99_latency_s": self.worst_p99_latency_s,
+            "cost_per_million_tokens": cost / self.tokens * 1e6 if cost is not None and self.tokens else None,
+            "cost_per_million_samples": cost / self.samples * 1e6 if cost is not None and self.samples else None,
+            "cost_efficiency_samples": _ratio(samples_s, cost_per_hour * 3600.0),
+            "cost_efficiency_tokens": _ratio(tokens_s, cost_per_hour * 3600.0),
+            "slo_attainment": _ratio(self.slo_met_weight, self.slo_weight),
+            "worst_p99_latency_s": self.worst_p99_latency_s if self.worst_p99_latency_s > 0 else None,
             "inference_overloaded_share": _ratio(self.overloaded_weight, self.slo_weight),
-            "fragmentation": statistics.fmean(self.frag_samples) if self.frag_samples else 0.0,
+            "fragmentation": statistics.fmean(self.frag_samples) if self.frag_samples else None,
             "preemptions": self.preemptions,
             "restarts": self.restarts,
             "lost_gpu_hours": self.lost_gpu_s / 3600.0,
-            "makespan_s": makespan_s,
+            "makespan_s": span,
             "events": self.events,
             "cycles": self.cycles,
         }
@@ -133,5 +147,6 @@ class KpiAccumulator:
         return out
 
 
-def _ratio(a: float, b: float, *, empty: float = 0.0) -> float:
-    return a / b if b > 0 else empty
+def _ratio(a: float | None, b: float) -> float | None:
+    """``a / b``; ``None`` (nothing to measure) where ``a`` is unknown or ``b`` is not positive."""
+    return a / b if a is not None and b > 0 else None

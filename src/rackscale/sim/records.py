@@ -47,7 +47,7 @@ class JobRun:
 @dataclass(slots=True)
 class SimResult:
     policy: str
-    kpis: dict[str, float | int]
+    kpis: dict[str, float | int | None]  # None: nothing to measure (see sim/kpis.py)
     jobs: dict[str, JobRun]
     series: dict[str, list[float]]
     rack_series: list[list[float]]  # per sample: allocated share of each rack

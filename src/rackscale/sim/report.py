@@ -15,51 +15,32 @@ from pathlib import Path
 
 from rackscale.model.topology import GPUCluster
 from rackscale.sim.simulator import SimResult
-
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
+from rackscale.sim.summary import (
+    HIGHER,
+    LOWER,
+    SAME_REST,
+    currency_code,
+    fmt_kpi,
+    goal_text,
+    judge_all,
+    label,
+    mark,
+    policy_note,
+    timeline,
+    verdict,
+)
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 HEAT_STOPS = ((0.0, (247, 251, 255)), (0.5, (107, 174, 214)), (1.0, (8, 48, 107)))  # idle -> full
 MAX_HEAT_ROWS, MAX_HEAT_COLS, MAX_POINTS = 64, 180, 2000  # heatmap rows (rack buckets) and columns, line points
 
-RATIOS = _words(
-    "allocation_ratio idle_rate idle_no_work_share intra_rack_traffic_share single_rack_share slo_attainment "
-    "fragmentation inference_overloaded_share"
-)
-HIGHER = _words(
-    "allocation_ratio intra_rack_traffic_share slo_attainment single_rack_share completed training_samples_per_s "
-    "inference_tokens_per_s cost_efficiency_samples cost_efficiency_tokens cost_efficiency_gain"
-)
-LOWER = _words(  # and every cost_per_*
-    "idle_rate mean_jct_s p50_jct_s p99_jct_s mean_queueing_s p50_queueing_s p99_queueing_s failed fragmentation "
-    "lost_gpu_hours inference_overloaded_share"
-)
-LABELS = {
-    "idle_rate": "idle rate (while jobs wait)",
-    "idle_no_work_share": "idle with no work waiting",
-    "intra_rack_traffic_share": "intra-rack (NVLink) traffic share",
-    "single_rack_share": "multi-GPU training in one rack",
-    "rdma_bytes": "RDMA bytes moved",
-    "training_samples_per_s": "training samples/s",
-    "inference_tokens_per_s": "inference tokens/s",
-    "cost_per_hour": "cluster cost per hour",
-    "cost_efficiency_samples": "cost efficiency, samples (seed formula)",
-    "cost_efficiency_tokens": "cost efficiency, tokens (seed formula)",
-    "slo_attainment": "inference SLO attainment",
-    "worst_p99_latency_s": "worst inference p99 latency",
-    "inference_overloaded_share": "inference overloaded (share of demand-time)",
-    "lost_gpu_hours": "GPU-hours lost to restarts",
-}
 # The seed's figures (DESIGN.md section 5): shown beside measured values, never used as results.
 REFERENCES = {
     "training_samples_per_s": "280,000 samples/s (ResNet50 training, one cluster)",
-    "cost_per_million_tokens": "300 元 (0.0003 元 per token)",
+    "cost_per_million_tokens": "CNY 300 (CNY 0.0003 per token)",
     "cost_efficiency_gain": "x15 cost efficiency",
 }
-CURRENCY_SYMBOLS = {"CNY": "元", "RMB": "元", "USD": "$", "EUR": "€"}
+LOCALITY = ("single_rack_share", "intra_rack_traffic_share")  # the placement KPIs the first chart shows
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;color:#222;margin:24px auto;max-width:1320px;padding:0 16px}
@@ -74,6 +55,7 @@ border:1px solid #e4e4e4;border-radius:4px}
 figcaption{font-size:12px;padding-left:56px}figcaption span{margin-right:16px;white-space:nowrap}
 figcaption i{display:inline-block;width:18px;height:3px;margin:0 5px 3px}
 svg{width:100%;height:auto;display:block}svg text{font:11px system-ui,sans-serif;fill:#333}svg .title{font-size:13px}
+ul.verdict{margin:8px 0;padding-left:20px}figure p.note{margin:6px 8px 2px 56px}
 """
 
 
@@ -85,27 +67,30 @@ def write_report(
 
 
 def render_report(*, cluster: GPUCluster, results: Sequence[SimResult], workload: str) -> str:
-    """The whole report as one HTML document."""
+    """The whole report as one HTML document: the KPIs and the verdict, then placement and locality, job
+    completion times, the racks over time, and last the cluster's load over time with its tail explained."""
     policies = [r.policy for r in results]
     colours = {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(policies)}
-    currency = CURRENCY_SYMBOLS.get(cluster.pricing.currency.upper(), cluster.pricing.currency)
+    currency = currency_code(cluster.pricing.currency)
     models = ", ".join(cluster.gpu_models) or "-"
     meta = {
         "cluster": cluster.name,
         "GPUs": f"{cluster.total_gpus:,} ({models})",
         "racks": f"{len(cluster.racks):,} in {len(cluster.regions)} region(s)",
-        "price": f"{cluster.pricing.per_gpu_hour:,.2f} {currency} per GPU-hour",
+        "price": f"{currency} {cluster.pricing.per_gpu_hour:,.2f} per GPU-hour",
         "workload": workload,
         "policies compared": ", ".join(policies) or "-",
     }
     over_time, traffic = _time_charts(results, colours)
     span = max((_sample_ends(r.series.get("t", []))[-1] for r in results if r.series.get("t")), default=1.0)
+    if results and over_time:
+        over_time[0] += f'<p class="note">{escape(_tail_note(results, cluster))}</p>'
     sections = {
-        "KPIs": _kpi_table(results, currency),
-        "Cluster over time": _figures(over_time),
-        "Traffic by tier": _figures(traffic),
+        "KPIs": _kpi_table(results, currency) + _policies(results) + _verdict(results),
+        "Placement and locality": _figures([_locality_chart(results, colours), *traffic]),
         "Job completion times": _figures([_jct_cdf(results, colours)]),
         "Per-rack allocation": _figures([_heatmap(r, cluster, span) for r in results]),
+        "Cluster over time": _figures(over_time),
     }
     return "\n".join(
         [
@@ -119,48 +104,71 @@ def render_report(*, cluster: GPUCluster, results: Sequence[SimResult], workload
     )
 
 
+def _policies(results: Sequence[SimResult]) -> str:
+    items = "".join(f"<li><b>{escape(r.policy)}</b>: {escape(policy_note(r.policy))}</li>" for r in results)
+    return f'<ul class="verdict">{items}</ul><p class="note">The policies: {escape(SAME_REST)}.</p>'
+
+
+def _verdict(results: Sequence[SimResult]) -> str:
+    if len(results) < 2:
+        return ""
+    ours = results[0]
+    lines = [verdict(ours.policy, r.policy, ours.kpis, r.kpis)["lines"] for r in results[1:]]
+    items = "".join(f"<li>{escape('; '.join(line.strip() for line in pair))}</li>" for pair in lines)
+    return f'<h3>Verdict</h3><ul class="verdict">{items}</ul>'
+
+
+def _tail_note(results: Sequence[SimResult], cluster: GPUCluster) -> str:
+    tl = timeline(results, cluster)
+    text = tl.text()
+    if tl.has_tail:
+        return f"The arrivals stop at hour {tl.arrivals_span_s / 3600:,.0f}: {text}."
+    return text[:1].upper() + text[1:] + "."
+
+
 # ---------------------------------------------------------------------------------------------- KPI table
 def _kpi_table(results: Sequence[SimResult], currency: str) -> str:
     keys = list(dict.fromkeys(k for r in results for k in r.kpis))
 
-    def value(r: SimResult, k: str) -> float | None:  # a zero cost per unit: no unit was produced
-        v = r.kpis.get(k)
-        return None if v == 0 and k.startswith("cost_per_million") else v
-
-    rows: list[tuple[str, str, list[float | None]]] = [(k, _label(k), [value(r, k) for r in results]) for k in keys]
+    Row = tuple[str, str, list[float | int | None]]
+    rows: list[Row] = [(k, label(k), [r.kpis.get(k) for r in results]) for k in keys]
     if len(results) > 1:
         base = results[-1]
         metric = "cost_efficiency_samples" if base.kpis.get("cost_efficiency_samples") else "cost_efficiency_tokens"
-        denom = float(base.kpis.get(metric, 0.0))
-        gains = [float(r.kpis.get(metric, 0.0)) / denom if denom else None for r in results]
+        denom = base.kpis.get(metric)
+        gains: list[float | int | None] = []
+        for r in results:
+            v = r.kpis.get(metric)
+            gains.append(float(v) / float(denom) if v is not None and denom else None)
         rows.append(("cost_efficiency_gain", f"cost efficiency relative to {base.policy}", gains))
+    goals = judge_all({r.policy: r.kpis for r in results}, currency)
     head = "".join(f"<th>{escape(r.policy)}</th>" for r in results)
-    ref_head = '<th class="ref">seed reference (not a result)</th></tr></thead><tbody>'
+    ref_head = '<th>goal</th><th class="ref">seed reference (not a result)</th></tr></thead><tbody>'
     out = [f'<table class="kpi"><thead><tr><th>KPI</th>{head}{ref_head}']
-    for key, label, values in rows:
-        shown = [_fmt(key, v, currency) for v in values]
+    for key, name, values in rows:
+        shown = [fmt_kpi(key, v, currency) for v in values]
         best = _best(key, values, shown)
+        judged = goals.get(key, {})
+        marks = [judged.get(r.policy, "") for r in results]
         cells = "".join(
-            f'<td class="best">{escape(s)}</td>' if i in best else f"<td>{escape(s)}</td>" for i, s in enumerate(shown)
+            ('<td class="best">' if i in best else "<td>") + escape(v + (f" ({m})" if mark(m) else "")) + "</td>"
+            for i, (v, m) in enumerate(zip(shown, marks, strict=True))
         )
-        ref = escape(REFERENCES.get(key, ""))
-        out.append(f'<tr><td title="{escape(key)}">{escape(label)}</td>{cells}<td class="ref">{ref}</td></tr>')
+        goal, ref = escape(goal_text(key)), escape(REFERENCES.get(key, ""))
+        out.append(
+            f'<tr><td title="{escape(key)}">{escape(name)}</td>{cells}<td>{goal}</td><td class="ref">{ref}</td></tr>'
+        )
     out.append(
-        '</tbody></table><p class="note">Green: the better value, where the better direction is known. '
-        "The reference column quotes the seed's figures (DESIGN.md section 5) for comparison; they were not "
-        "measured here. The simulated workload is not ResNet50; cost-efficiency gains are against the last policy.</p>"
+        '</tbody></table><p class="note">Green: the better value, where the better direction is known; a goal is '
+        "met or missed, or ranks the policies (best / worse). n/a: nothing to measure (e.g. no job completed, no "
+        "inference served). The reference column quotes the seed's figures (DESIGN.md section 5) for comparison; "
+        "they were not measured here. The simulated workload is not ResNet50; cost-efficiency gains are against "
+        "the last policy.</p>"
     )
     return "".join(out)
 
 
-def _label(key: str) -> str:
-    if key in LABELS:
-        return LABELS[key]
-    words = key.removesuffix("_s").replace("_s_", "_").split("_")
-    return " ".join("JCT" if w == "jct" else w for w in words)
-
-
-def _best(key: str, values: Sequence[float | None], shown: Sequence[str]) -> set[int]:
+def _best(key: str, values: Sequence[float | int | None], shown: Sequence[str]) -> set[int]:
     """The better value(s) of a row, compared as shown: no highlight when every shown value is the same."""
     sign = 1.0 if key in HIGHER else -1.0 if key in LOWER or key.startswith("cost_per_") else 0.0
     valid = {i: float(v) for i, v in enumerate(values) if v is not None}
@@ -168,45 +176,6 @@ def _best(key: str, values: Sequence[float | None], shown: Sequence[str]) -> set
         return set()
     top = shown[max(valid, key=lambda i: sign * valid[i])]
     return {i for i in valid if shown[i] == top}
-
-
-def _fmt(key: str, v: float | None, currency: str) -> str:
-    if v is None:
-        return "-"
-    if key in RATIOS:
-        return f"{v * 100:.1f}%"
-    if key.startswith("cost_per_"):
-        return f"{v:,.2f} {currency}"
-    if key == "cost_efficiency_gain":
-        return f"x{v:.2f}"
-    if key.endswith("_bytes"):
-        return _fmt_bytes(v)
-    if key.endswith("_per_s"):
-        return f"{v:,.1f}/s"
-    if key.endswith("_s") or "_s_" in key:
-        return _fmt_duration(v)
-    if key.endswith("_hours"):
-        return f"{v:,.1f} GPU·h"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return f"{v:,.4g}"
-
-
-def _fmt_duration(s: float) -> str:
-    if s < 60:
-        return f"{s:.3g} s" if s < 10 else f"{s:.0f} s"
-    m, sec = divmod(round(s), 60)
-    h, m = divmod(m, 60)
-    if h >= 48:
-        return f"{h // 24}d {h % 24:02d}h"
-    return f"{h}h {m:02d}m" if h else f"{m}m {sec:02d}s"
-
-
-def _fmt_bytes(b: float) -> str:
-    for unit, size in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if b >= size:
-            return f"{b / size:,.1f} {unit}"
-    return f"{b:,.0f} B"
 
 
 # ---------------------------------------------------------------------------------------------- charts
@@ -256,6 +225,29 @@ def _time_charts(results: Sequence[SimResult], colours: dict[str, str]) -> tuple
     cluster = [alloc, chart("Queue length (jobs waiting)", "queued"), chart("Running jobs", "running")]
     tiers = {"NVLink": "inside racks", "RDMA": "between racks", "backbone": "between regions"}
     return cluster, [chart(f"{k} traffic {where}, Gb/s", f"{k.lower()}_gbps") for k, where in tiers.items()]
+
+
+def _locality_chart(results: Sequence[SimResult], colours: dict[str, str]) -> str:
+    """The placement KPIs as bars, one per policy: how much of the training stayed in one NVLink domain."""
+    bar, gap, ml = 18, 16, 220
+    pw = W - ml - 70
+    height = MT + len(LOCALITY) * (len(results) * bar + gap) + 30
+    out = _svg("Placement locality (higher is better)", height)
+    y = MT + 6.0
+    for key in LOCALITY:
+        mid = y + len(results) * bar / 2 + 4
+        out.append(f'<text x="{ml - 8}" y="{mid:.1f}" text-anchor="end">{escape(label(key))}</text>')
+        for r in results:
+            v = r.kpis.get(key)
+            w = pw * min(max(float(v), 0.0), 1.0) if v is not None else 0.0
+            out.append(f'<rect x="{ml}" y="{y:.1f}" width="{w:.1f}" height="{bar - 4}" fill="{colours[r.policy]}"/>')
+            out.append(f'<text x="{ml + w + 5:.1f}" y="{y + bar - 8:.1f}">{escape(fmt_kpi(key, v))}</text>')
+            y += bar
+        y += gap
+    out.append(f'<path d="M{ml} {MT}V{y:.1f}H{ml + pw}" fill="none" stroke="#666"/>')
+    for k in range(5):
+        out.append(_xtick(ml + pw * k / 4, y, f"{25 * k}%"))
+    return "".join(out) + "</svg>" + _legend([(r.policy, colours[r.policy]) for r in results])
 
 
 def _jct_cdf(results: Sequence[SimResult], colours: dict[str, str]) -> str:
