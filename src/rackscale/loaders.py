@@ -75,6 +75,11 @@ def load_any(
     """A cluster if the file's one document has a cluster ``kind``, else its jobs (for ``validate``)."""
     source = os.fspath(path)
     docs = _documents(_read(path), source)
+    if not docs:
+        fix = "write a job (name, kind, gpus) or a cluster (kind: Cluster or GpuCluster); see docs/specs.md"
+        raise SpecError(
+            [SpecProblem((), "no job or cluster found in the file (it is empty or only comments)", fix)], source
+        )
     if len(docs) == 1 and isinstance(docs[0][0], Mapping) and docs[0][0].get("kind") in CLUSTER_KINDS:
         return _cluster(docs, source)
     return _jobs(docs, source, priority_classes)
@@ -148,6 +153,12 @@ def _jobs(docs: list[Document], source: str, priority_classes: Mapping[str, int]
     jobs: list[JobSpec] = []
     first_at: dict[str, Loc] = {}
     for prefix, data, node in _entries(docs, problems):
+        if isinstance(data, Mapping) and data.get("kind") in CLUSTER_KINDS:
+            # One line, not a dozen about fields a job does not have.
+            what = f"this is a {data['kind']} (a cluster spec), not a job"
+            fix = "pass it with --cluster, or give a job spec"
+            problems.append(SpecProblem(prefix, what, fix, _line(node, ()) if prefix else None))
+            continue
         try:
             job = job_from_dict(data, priority_classes=priority_classes)
         except SpecError as err:
@@ -273,6 +284,14 @@ def _yaml_documents(
         mark = err.problem_mark or err.context_mark
         if err.problem and "maximum nesting depth" in err.problem:  # libyaml stops at 1000 levels
             raise _OverBound([_too_deep(mark.line + 1 if mark else None)]) from None
+        tab = _tab_at(text, mark.line, mark.column, err.problem or "") if mark else None
+        if tab is not None:  # PyYAML's words ("found character that cannot start any token") hide the cause
+            tab_line, tab_col = tab
+            where = f"a tab character at line {tab_line} column {tab_col}"
+            fix = "replace the tab with spaces"
+            raise SpecError(
+                [SpecProblem((), f"invalid YAML: {where}: YAML indents with spaces", fix, tab_line)]
+            ) from None
         what = err.problem or "syntax error"
         if err.context:
             what += f" ({err.context})"
@@ -288,6 +307,22 @@ def _yaml_documents(
     finally:
         loader.dispose()
     return docs
+
+
+def _tab_at(text: str, line: int, column: int, problem: str) -> tuple[int, int] | None:
+    """(1-based line, column) of the tab that made a YAML error at ``line``:``column`` (0-based), or None
+    when the error is not about a tab: the character at the mark is one, or PyYAML names a tab and the
+    line's indentation holds one."""
+    lines = text.split("\n")
+    if not 0 <= line < len(lines):
+        return None
+    row = lines[line]
+    if column < len(row) and row[column] == "\t":
+        return line + 1, column + 1
+    indent = row[: len(row) - len(row.lstrip(" \t"))]
+    if "tab" in problem and "\t" in indent:
+        return line + 1, indent.index("\t") + 1
+    return None
 
 
 # --------------------------------------------------------------------------------------------- bounds

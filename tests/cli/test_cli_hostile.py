@@ -299,7 +299,7 @@ def hostile_server() -> Iterator[str]:
         pytest.param(["describe", "rack", "r0"], 0, id="describe-rack"),
         pytest.param(["top", "racks"], 0, id="top-racks"),
         pytest.param(["top", "nodes"], 0, id="top-nodes"),
-        pytest.param(["cancel", "evil"], 0, id="cancel"),
+        pytest.param(["cancel", "evil"], 1, id="cancel"),
         pytest.param(["cancel", "gone"], 1, id="cancel-server-error"),
         pytest.param(["describe", "job", "missing"], 1, id="error-detail"),
     ],
@@ -408,9 +408,9 @@ def test_deep_nesting_is_refused_by_validate(tmp_path: Path) -> None:
     f.write_text("a: " + "[" * 100 + "]" * 100 + "\n")
     code, out, err = rs("validate", str(f))
     assert code == 2
-    assert "deep.yaml:1: the document nests lists and mappings more than 64 levels deep" in (out + err).replace(
-        "\n", " "
-    )
+    # Whitespace-normalised: where a console wraps the line depends on its width and on the tmp path's length.
+    said = " ".join((out + err).split())
+    assert "deep.yaml:1: the document nests lists and mappings more than 64 levels deep" in said
 
 
 @pytest.mark.parametrize(

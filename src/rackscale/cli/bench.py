@@ -132,7 +132,15 @@ def placement(
     as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
     quick: Annotated[bool, typer.Option("--quick", help="Small clusters and few decisions (for tests).")] = False,
 ) -> None:
-    """Time placement decisions on a ~90 % full cluster of NVL72 racks, per cluster size and policy."""
+    """Time placement decisions on a ~90 % full cluster of NVL72 racks, per cluster size and policy.
+
+    Examples:
+
+      rackscale bench placement --quick
+      rackscale bench placement --gpus 10000 --policy rackscale --policy slurm-tree --json > bench.json
+
+    Without --quick a run takes minutes (20,000 decisions per config on 10,000 and 100,000 GPUs).
+    """
     policies = policy or list(DEFAULT_POLICIES)
     for name in policies:
         if name not in PROFILES:
@@ -177,7 +185,12 @@ def simulate(
     """Simulator speed (events/s, wall time, peak memory) and quality (idle rate, intra-rack share, mean
     JCT) of rackscale vs first-fit on the Philly trace and the synthetic default.
 
-    Example: rackscale bench simulate --scenario philly-speed
+    Examples:
+
+      rackscale bench simulate --scenario philly-speed
+      rackscale bench simulate --scenario synthetic --scenario million --json > sim-bench.json
+
+    The Philly scenarios read ../shared/traces/philly/philly.csv unless --philly says where it is.
     """
     from pathlib import Path
 
@@ -271,7 +284,13 @@ def service(
     """Load (and crash) `rackscale serve` over loopback: submissions/s, submit latency, placements; with
     --crash-after, kill -9 mid-load, restart and verify that no acknowledged job was lost.
 
-    Example: rackscale bench service --jobs 20000 --concurrency 32 --crash-after 5000
+    Examples:
+
+      rackscale bench service --jobs 2000
+      rackscale bench service --jobs 20000 --concurrency 32 --crash-after 5000 --durability full
+
+    Exit code 1: the store or the allocations came out inconsistent (with --crash-after, or an acknowledged
+    job was lost or doubled across the restart).
     """
     from rackscale.bench.service import run_service_benchmark
 

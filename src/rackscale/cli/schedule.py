@@ -6,33 +6,47 @@ from pathlib import Path
 
 import typer
 
-from rackscale.cli.common import resolve_cluster
+from rackscale.cli.common import POLICY_HELP, RACKS_HELP, check_policy, resolve_cluster, with_profiles
 from rackscale.cli.output import OutputFormat, emit, fail
 
+EXIT_NOT_PLACED = 1  # some job waits or cannot ever run; 2 (bad input) comes from fail()
 
+
+@with_profiles
 def schedule(
     jobs_file: Path = typer.Option(..., "-f", "--filename", help="Job specs (YAML/JSON, one or many)."),
     cluster_file: Path | None = typer.Option(None, "--cluster", help="Cluster spec. Default: 4 NVL72 racks."),
-    racks: int | None = typer.Option(None, "--racks", help="Racks of the default NVL72 cluster."),
-    policy: str = typer.Option("rackscale", "--policy", help="Scheduling profile."),
+    racks: int | None = typer.Option(None, "--racks", help=RACKS_HELP),
+    policy: str = typer.Option("rackscale", "--policy", help=POLICY_HELP),
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="table, json or yaml."),
 ) -> None:
     """Run one cycle on an empty cluster and print each job's placement (racks, nodes) or pending reason.
 
-    Example: rackscale schedule -f examples/train-72.yaml --cluster examples/cluster-nvl72.yaml
+    Examples:
+
+      rackscale schedule -f examples/train-72.yaml --cluster examples/cluster-nvl72.yaml
+      rackscale schedule -f examples/batch-shared.yaml --racks 2 --policy first-fit -o json
+
+    Profiles (--policy):
+
+      {profiles}
+
+    Exit codes: 0 every job placed; 1 some job waits or cannot run (its reason is in the table);
+    2 bad input (options, spec files).
     """
     from rackscale.loaders import load_jobs
     from rackscale.model.specs import SpecError
     from rackscale.model.state import ClusterState
-    from rackscale.scheduler import PROFILES, ResourceScheduler
+    from rackscale.scheduler import ResourceScheduler
 
-    if policy not in PROFILES:
-        fail(f"unknown policy {policy!r}; choose one of: {', '.join(PROFILES)}")
+    check_policy(policy)
     cluster = resolve_cluster(cluster_file, racks)
     try:
         jobs = load_jobs(jobs_file)
     except SpecError as err:
         fail(str(err))
+    if not jobs:
+        fail(f"{jobs_file}: no job found in the file (fix: write a job, e.g. name: train-1, kind: training, gpus: 8)")
     state = ClusterState(cluster)
     d = ResourceScheduler(profile=policy).schedule(state, jobs, 0.0)
     rows: list[dict[str, object]] = []
@@ -62,3 +76,5 @@ def schedule(
             }
         )
     emit(rows, output, columns=("job", "kind", "status", "gpus", "racks", "reason"))
+    if d.pending:
+        raise typer.Exit(EXIT_NOT_PLACED)

@@ -9,12 +9,13 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from rackscale.cli.common import resolve_cluster
+from rackscale.cli.common import POLICY_HELP, RACKS_HELP, check_policy, resolve_cluster, with_profiles
 from rackscale.cli.output import err_console, fail, printable
 
 SERVICE_EXTRA = "pip install 'rackscale[service]'"
 
 
+@with_profiles
 def serve(
     port: Annotated[int, typer.Option(help="TCP port to listen on.", min=0, max=65535)] = 8080,
     host: Annotated[
@@ -33,7 +34,7 @@ def serve(
     cluster: Annotated[
         Path | None, typer.Option("--cluster", "-c", help="Cluster spec (YAML/JSON). Default: 4 NVL72 racks.")
     ] = None,
-    racks: Annotated[int | None, typer.Option(help="Racks of the default NVL72 cluster.")] = None,
+    racks: Annotated[int | None, typer.Option(help=RACKS_HELP)] = None,
     speed: Annotated[
         float, typer.Option(help="Run the service clock this many times faster than the wall clock (sim).", min=0.001)
     ] = 1.0,
@@ -46,7 +47,7 @@ def serve(
     durability: Annotated[
         str, typer.Option(help="SQLite sync: normal (survives a crash of the service) or full (fsync every commit).")
     ] = "normal",
-    policy: Annotated[str, typer.Option(help="Scheduler profile (see `rackscale schedule --help`).")] = "rackscale",
+    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "rackscale",
     gpus: Annotated[
         str | None, typer.Option(help="local backend: GPU indexes to use, e.g. 0,1,2,3 (default: NVML discovery).")
     ] = None,
@@ -116,6 +117,10 @@ def serve(
       rackscale serve --host 0.0.0.0 --tokens tokens.yaml --allowed-host sched.example.com
       rackscale serve --backend local --run-as rackscale-job --max-log-bytes 16777216
 
+    Profiles (--policy):
+
+      {profiles}
+
     Without --tokens a random admin token is generated: printed once as the page's URL, kept 0600 in
     --data-dir, and found by this user's client verbs (docs/security.md). --no-auth turns auth off.
     """
@@ -128,6 +133,7 @@ def serve(
         from rackscale.service.http import server_config
     except ImportError as e:
         fail(f"the service needs extra packages ({e.name} is missing): {SERVICE_EXTRA}")
+    check_policy(policy)  # before anything starts: one line, not the scheduler's traceback
     cl = resolve_cluster(cluster, racks) if (cluster is not None or racks is not None or backend == "sim") else None
     options: dict[str, object] = {
         "stop_grace_s": stop_grace,

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from rackscale.cli.common import RACKS_HELP, resolve_cluster
 from rackscale.cli.output import err_console, fail, printable
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -23,23 +24,31 @@ def _write(text: str, out: Path | None) -> None:
 
 @app.command()
 def topology(
-    cluster: Annotated[Path, typer.Option("--cluster", "-c", help="Cluster spec (YAML/JSON).")],
+    cluster: Annotated[
+        Path | None, typer.Option("--cluster", "-c", help="Cluster spec (YAML/JSON). Default: 4 NVL72 racks.")
+    ] = None,
+    racks: Annotated[int | None, typer.Option("--racks", help=RACKS_HELP)] = None,
     fmt: Annotated[
         str, typer.Option("--format", help="tree (topology/tree, any Slurm) or block (topology/block, >= 23.11).")
     ] = "tree",
     nodes: Annotated[bool, typer.Option("--nodes", help="Also print NodeName lines for slurm.conf.")] = False,
     out: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
 ) -> None:
-    """topology.conf for a cluster spec: one switch (or block) per NVLink rack."""
-    from rackscale.loaders import SpecError, load_cluster
+    """topology.conf for a cluster spec (or the default NVL72 cluster): one switch (or block) per NVLink rack.
+
+    Examples:
+
+      rackscale slurm topology --cluster examples/cluster-nvl72.yaml > /etc/slurm/topology.conf
+      rackscale slurm topology --racks 8 --format block --nodes -o topology.conf
+
+    Each rack (NVLink domain) is a leaf switch, so that Slurm's --switches=1 keeps a job in one rack
+    (docs/slurm.md).
+    """
     from rackscale.slurm.topology import FORMATS, node_lines, topology_conf
 
     if fmt not in FORMATS:
         fail(f"--format must be tree or block (got {fmt!r})")
-    try:
-        c = load_cluster(cluster)
-    except SpecError as e:
-        fail(str(e))
+    c = resolve_cluster(cluster, racks)
     text = topology_conf(c, fmt)
     if nodes:
         text += "# slurm.conf node lines\n" + node_lines(c, resources=True)
@@ -55,7 +64,16 @@ def import_(
     name: Annotated[str, typer.Option(help="metadata.name of the spec.")] = "slurm",
     out: Annotated[Path | None, typer.Option("--output", "-o", help="Write the YAML here instead of stdout.")] = None,
 ) -> None:
-    """A running Slurm (scontrol show nodes / topology) as a rackscale cluster spec (YAML)."""
+    """A running Slurm (scontrol show nodes / topology) as a rackscale cluster spec (YAML).
+
+    Examples:
+
+      rackscale slurm import -o cluster.yaml && rackscale validate cluster.yaml
+      rackscale slurm import --slurm-conf /etc/slurm/slurm.conf --gpu-model H100 --name prod
+
+    Racks are Slurm's leaf switches (scontrol show topology), else each node's first feature (docs/slurm.md).
+    """
+    from rackscale.model.specs import gpu_type_problem
     from rackscale.slurm.commands import Slurm, SlurmError
     from rackscale.slurm.importer import cluster_yaml, import_cluster
 
@@ -64,6 +82,14 @@ def import_(
     except (SlurmError, ValueError) as e:
         fail(f"cannot import the Slurm cluster: {e}")
     _write(cluster_yaml(c), out)
+    for model in c.gpu_models:  # the spec written would be refused when read back: say so now
+        if gpu_type_problem(model) is not None:
+            err_console.print(
+                f"warning: GPU model '{printable(model)}' is not one rackscale knows, so the spec will be refused "
+                "when read back: fix --gpu-model, or declare the model in the spec's gpuSpeed (docs/specs.md)",
+                highlight=False,
+                markup=False,
+            )
 
 
 @app.command()
@@ -76,7 +102,15 @@ def compare(
         typer.Option("--slurm-conf", help="A running Slurm to use (default: start an emulated 4x4x4 one; root)."),
     ] = None,
 ) -> None:
-    """Slurm's --switches=1 vs rackscale (slurm backend) on one gang sequence of 4/8/12/16 GPUs."""
+    """Slurm's --switches=1 vs rackscale (slurm backend) on one gang sequence of 4/8/12/16 GPUs.
+
+    Examples:
+
+      sudo rackscale slurm compare                     # an emulated 4x4x4 Slurm (needs root)
+      rackscale slurm compare --slurm-conf /etc/slurm/slurm.conf --jobs 100 --seed 3
+
+    Prints, per placer, how many gangs stayed in one rack and how long they waited (docs/slurm.md).
+    """
     from rackscale.bench.slurm_compare import compare as run_compare
     from rackscale.model.topology import GPUCluster
     from rackscale.slurm import emulated

@@ -11,11 +11,20 @@ from rackscale.cli.output import console, fail, printable
 
 
 def validate(
-    files: list[Path] = typer.Argument(..., help="Cluster (kind: GpuCluster / Cluster) or job spec files."),
+    files: list[Path] = typer.Argument(
+        ..., metavar="FILE...", help="Cluster (kind: GpuCluster / Cluster) or job spec files.", show_default=False
+    ),
 ) -> None:
     """Validate spec files. Each file is read as a cluster spec if its kind says so, else as jobs.
 
-    Exit code 0 when every file is valid; 2 with one line per problem (field path and fix) otherwise.
+    Examples:
+
+      rackscale validate examples/cluster-nvl72.yaml examples/train-72.yaml
+      rackscale validate train.yaml && rackscale submit -f train.yaml
+
+    Exit code 0 when every file is valid; 2 with one line per problem (file:line: field: what, and the
+    fix) otherwise. An empty file, a cluster's GPU type that rackscale does not know (a typo such as
+    A1000; a new model is declared in spec.gpuSpeed) and a cluster in a jobs file are problems too.
     """
     from rackscale.loaders import load_any
     from rackscale.model.specs import SpecError

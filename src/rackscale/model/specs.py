@@ -8,8 +8,10 @@ then plain code checks the rules that span fields. Every failure becomes one :cl
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
@@ -42,13 +44,42 @@ from rackscale.model.workload import (
     TopologyConstraint,
 )
 
-__all__ = ["CLUSTER_KINDS", "MAX_CLUSTER_NODES", "SpecError", "SpecProblem", "cluster_from_dict", "job_from_dict"]
+__all__ = [
+    "CLUSTER_KINDS",
+    "GPU_MODELS",
+    "MAX_CLUSTER_NODES",
+    "SpecError",
+    "SpecProblem",
+    "cluster_from_dict",
+    "gpu_type_problem",
+    "job_from_dict",
+]
 
 # Building the model is linear in nodes; the cap keeps a typo (an extra zero or two) from eating memory.
 MAX_CLUSTER_NODES = 262_144
 
 # The `kind`s of cluster documents: the seed's resource and rackscale's own form.
 CLUSTER_KINDS = ("GpuCluster", "Cluster")
+
+# The GPU models a cluster's `gpuType` may name without declaring them (docs/specs.md, "GPU models"). A
+# name passes if it is one of these or holds one as a word: `H100-80GB`, `NVIDIA-H100-80GB-HBM3` (the
+# Kubernetes gpu.product label), `Tesla-V100-SXM2`. Anything else must be declared in `spec.gpuSpeed`:
+# the model name is matched exactly against jobs' `gpuModels`, so a typo (`A1000`) would leave every job
+# that asks for the real model waiting for ever. `local` is the local backend's model.
+GPU_MODELS = (
+    # NVIDIA data centre: Blackwell, Hopper, Ampere, Ada, Volta/Turing/Pascal
+    "GB300", "GB200", "B300", "B200", "B100", "GH200", "H200", "H100", "H800", "H20",
+    "A100", "A800", "A40", "A30", "A16", "A10", "A10G", "A2",
+    "L40S", "L40", "L20", "L4", "V100", "T4", "P100", "P40", "P4",
+    # NVIDIA workstation
+    "RTX", "A6000", "A5000", "A4000", "RTX6000", "RTX8000",
+    # AMD Instinct, Intel Gaudi
+    "MI355X", "MI325X", "MI300X", "MI300A", "MI250X", "MI250", "MI210", "MI100",
+    "Gaudi", "Gaudi2", "Gaudi3",
+    "local",
+)  # fmt: skip
+_GPU_MODEL_SET = frozenset(GPU_MODELS)
+_WORDS = re.compile(r"[-_ /.:]+")
 
 # The seed form with `rdma: disabled`: commodity Ethernet between racks instead of the RDMA fabric.
 TCP_TIER = LinkTier("tcp", 25.0, 30.0)
@@ -85,6 +116,23 @@ def _require_mapping(doc: object, what: str, example: str) -> Mapping[str, Any]:
     if hostile := document_problems(doc):  # NUL, lone surrogates, absurd depth: anywhere, before the models
         raise SpecError(hostile)
     return doc
+
+
+def gpu_type_problem(name: str, declared: Collection[str] = (), *, seed: bool = False) -> tuple[str, str] | None:
+    """``(message, fix)`` when ``name`` is not a GPU model rackscale knows, else None: it is known when it
+    is in :data:`GPU_MODELS`, holds one of them as a word, or is ``declared`` (a key of ``gpuSpeed``).
+    ``seed``: the fix for the seed form, which has no ``gpuSpeed``."""
+    if name in declared or name in _GPU_MODEL_SET or any(w in _GPU_MODEL_SET for w in _WORDS.split(name)):
+        return None
+    by_upper = {m.upper(): m for m in GPU_MODELS}
+    near = [by_upper[name.upper()]] if name.upper() in by_upper else difflib.get_close_matches(name, GPU_MODELS, 1)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    declare = f"declare it in spec.gpuSpeed, e.g. gpuSpeed: {{{name}: 1.0}}"
+    if seed:
+        fix = f"{hint}for a model not in rackscale's list, write the cluster as kind: Cluster and {declare}"
+    else:
+        fix = f"{hint}for a model not in rackscale's list, {declare}"
+    return f"{name!r} is not a GPU model rackscale knows", f"{fix} (docs/specs.md, GPU models)"
 
 
 # ---------------------------------------------------------------------------------------------- clusters
@@ -134,6 +182,8 @@ def _seed_cluster(doc: Mapping[str, Any]) -> GPUCluster:
         )
     if s.gpu_count // gpn > MAX_CLUSTER_NODES:
         out.add(("gpuCount",), f"more than {MAX_CLUSTER_NODES} nodes", "check for an extra digit")
+    if unknown_model := gpu_type_problem(s.gpu_type, seed=True):
+        out.add(("gpuType",), *unknown_model)
     out.raise_if_any()
     nodes_per_rack = (s.nodes_per_rack or d.SEED_NODES_PER_RACK) if s.nvlink else 1
     return _build(
@@ -206,6 +256,7 @@ def _rich_cluster(doc: Mapping[str, Any]) -> GPUCluster:
         "uplinks_per_rack": s.uplinks_per_rack,
         "gpu_speed": _speeds(s.gpu_speed, out),
     }
+    declared = frozenset(s.gpu_speed or ())  # a model listed in gpuSpeed is declared, known or not
     if s.pools is None:
         nodes = (
             (s.regions or 1)
@@ -216,6 +267,8 @@ def _rich_cluster(doc: Mapping[str, Any]) -> GPUCluster:
             out.add(
                 ("racksPerRegion",), f"{nodes} nodes in all, more than {MAX_CLUSTER_NODES}", "check for an extra digit"
             )
+        if s.gpu_type is not None and (unknown_model := gpu_type_problem(s.gpu_type, declared)):
+            out.add(("gpuType",), *unknown_model)
         out.raise_if_any()
         node = s.node or d.NodeDoc()
         return _build(
@@ -245,6 +298,8 @@ def _rich_cluster(doc: Mapping[str, Any]) -> GPUCluster:
                 "give each pool its own name",
             )
         names.setdefault(pool.name, i)
+        if unknown_model := gpu_type_problem(pool.gpu_type, declared):
+            out.add(("pools", i, "gpuType"), *unknown_model)
     if sum(p.racks * p.nodes_per_rack for p in s.pools) > MAX_CLUSTER_NODES:
         out.add(
             ("pools",), f"more than {MAX_CLUSTER_NODES} nodes in all", "check racks and nodesPerRack for an extra digit"

@@ -106,6 +106,8 @@ class Profile:
     split_wait_s: float = 0.0
     # ... and whether it then splits at once ("eager") or only when waiting would cost more ("cost").
     split_policy: str = "cost"
+    # One line on what the profile stands for (the CLI's --help lists the profiles with it).
+    summary: str = ""
 
 
 QUEUE_SORTS: dict[str, Callable[[], QueueSort]] = {}
@@ -114,11 +116,21 @@ PLACERS: dict[str, Callable[[int], Placer]] = {}
 VICTIM_CHOOSERS: dict[str, Callable[[], VictimChooser]] = {}
 
 PROFILES: dict[str, Profile] = {
-    "rackscale": Profile(name="rackscale"),
-    "first-fit": Profile(name="first-fit", placer="first-fit"),
-    "best-fit": Profile(name="best-fit", placer="best-fit"),
-    "random": Profile(name="random", placer="random"),
-    "slurm-tree": Profile(name="slurm-tree", placer="slurm-tree"),
+    "rackscale": Profile(
+        name="rackscale", summary="topology-aware: packs each gang into the fewest NVLink racks (the default)"
+    ),
+    "first-fit": Profile(
+        name="first-fit",
+        placer="first-fit",
+        summary="the default Kubernetes scheduler: LeastAllocated, spreads over the emptiest nodes",
+    ),
+    "best-fit": Profile(name="best-fit", placer="best-fit", summary="the fullest node that fits, blind to racks"),
+    "random": Profile(
+        name="random", placer="random", summary="any node that fits, at random (a floor to compare with)"
+    ),
+    "slurm-tree": Profile(
+        name="slurm-tree", placer="slurm-tree", summary="Slurm's topology/tree: best fit under one switch (rack)"
+    ),
 }
 
 
