@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -268,7 +269,9 @@ def test_server_side_rejections_show_field_message_and_fix(service: LiveService,
     code, out, err = rs(service, "submit", "-f", str(f), "-f", str(again))
     assert code == 1
     assert out.splitlines() == ["job/ok-1 submitted (queue default)", "job/ok-2 submitted (queue default)"]
-    assert "job/ok-1 rejected (409)" in err and "already exists" in err
+    assert "job/ok-1 rejected (409)" in err and "is pending: cancel it first, or pick another name" in err.replace(
+        "\n", " "
+    ).replace("is running", "is pending")
     assert "1 of 3 job(s) were not submitted" in err
 
 
@@ -304,6 +307,44 @@ def test_describe_says_why_a_job_is_pending_on_a_full_cluster(service: LiveServi
     assert reason in {"InsufficientGPUs", "WaitingForReservation", "Unschedulable"}, why
     assert why[1].startswith("  Message:") and len(why[1].removeprefix("  Message:").strip()) > 10
     assert "Placement:    <none>" in out
+
+
+def test_describe_says_when_a_reservation_starts_as_a_clock_time(service: LiveService) -> None:
+    day = 86400  # the racks free up in a day of the service clock
+    submit_api(service, job_doc("fill-0", gpus=72, duration=day), job_doc("fill-1", gpus=72, duration=day))
+    wait_status(service, "fill-0", "running")
+    wait_status(service, "fill-1", "running")
+    submit_api(service, job_doc("big", gpus=72, topology={"required": "rack"}))
+    wait_for(lambda: job(service, "big")["reason"] == "WaitingForReservation", what="a reservation")
+    code, out, _ = rs(service, "describe", "job", "big")
+    assert code == 0
+    why = " ".join(out.split("Why pending:\n", 1)[1].split("Spec:")[0].split())  # the message, unwrapped
+    assert "Reason: WaitingForReservation" in why
+    assert re.search(r"rack\(s\) r00[01] are reserved for it from (\d{4}-\d\d-\d\d )?\d\d:\d\d UTC, in ", why), why
+    assert "t=" not in why and "[" not in why
+
+
+def test_describe_shows_the_latest_run_and_counts_the_earlier_ones(service: LiveService) -> None:
+    submit_api(service, job_doc("again"))
+    wait_status(service, "again", "running")
+    assert rs(service, "cancel", "again")[0] == 0
+    code, out, _ = rs(service, "describe", "job", "again")
+    assert code == 0 and "Earlier runs" not in out
+    submit_api(service, job_doc("again", gpus=16))  # the name is free again: a new run
+    wait_status(service, "again", "running")
+    code, out, _ = rs(service, "describe", "job", "again")
+    assert code == 0
+    lines = out.splitlines()
+    assert "Status:       running (Scheduled)" in lines and "GPUs:         16" in lines
+    earlier = next(line for line in lines if line.startswith("Earlier runs:"))
+    assert earlier.startswith("Earlier runs: 1, the last cancelled ") and "get jobs lists every run" in earlier
+    events = lines[lines.index("Events:") + 1 :]
+    assert [e.split()[1] for e in events[1:]] == ["Submitted", "Scheduled"]  # this run's: no Cancelled
+    code, out, _ = rs(service, "get", "jobs", "-o", "wide")
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert [(r[0], r[4]) for r in rows] == [("again", "cancelled"), ("again", "running")]
+    header = out.splitlines()[0].split()
+    assert "RUN" in header and rows[0][header.index("RUN")] < rows[1][header.index("RUN")]
 
 
 def test_describe_merges_the_shares_a_job_holds_on_one_node(service: LiveService) -> None:
@@ -360,15 +401,16 @@ def test_cancel_moves_jobs_to_cancelled_and_reports_ended_ones(service: LiveServ
     wait_status(service, "long", "running")
     wait_status(service, "short", "completed")
     code, out, err = rs(service, "cancel", "long", "short", "ghost")
-    assert code == 1
-    assert out.splitlines() == ["job/long cancelled", "job/short already completed (nothing to cancel)"]
+    assert code == 1  # like scancel on a finished job: an ended job had nothing to cancel
+    assert out.splitlines() == ["job/long cancelled"]
+    assert "job/short had already ended (completed" in err
     assert "job/ghost: no job named 'ghost'" in err
     assert job(service, "long")["status"] == "cancelled"
     code, out, _ = rs(service, "get", "job", "long", "-o", "json")
     assert json.loads(out)["status"] == "cancelled"
     submit_api(service, job_doc("pending-one", gpus=1000))  # impossible, but pending until the next cycle
-    code, out, _ = rs(service, "cancel", "pending-one", "long", "-o", "yaml")
-    assert code == 0
+    code, out, _ = rs(service, "cancel", "pending-one", "long", "--ignore-ended", "-o", "yaml")
+    assert code == 0  # --ignore-ended: for clean-up scripts, like kubectl's --ignore-not-found
     assert [j["name"] for j in yaml.safe_load(out)["items"]] == ["pending-one", "long"]
 
 

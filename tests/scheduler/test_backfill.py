@@ -42,7 +42,33 @@ def test_a_blocked_gang_reserves_the_rack_that_frees_up_first() -> None:
     assert (d.reservation.job, d.reservation.racks, d.reservation.start) == ("big", frozenset({1}), 50)
     st = d.pending_status("big")
     assert st is not None and (st.code, st.reason) == (Code.WAIT, Reason.RESERVATION)
-    assert "rack(s) r001" in st.message and "t=50" in st.message
+    # Rack names and a time people read, relative to the cycle (the core formats no clock time); the time
+    # itself is kept for the presentation layer, with the words that say it.
+    assert "rack(s) r001" in st.message and "starting in 50 s" in st.message, st.message
+    assert "t=" not in st.message and "[" not in st.message
+    assert (st.at, st.when) == (50, "starting in 50 s")
+    assert st.text(lambda at: f"from the {at:.0f}th second") == st.message.replace(
+        "starting in 50 s", "from the 50th second"
+    )
+
+
+# (when the cycle runs, what the holder's reason says of the reserved rack's start at t=50)
+RESERVATION_TIMES = [
+    pytest.param(0, "starting in 50 s", id="future-seconds"),
+    pytest.param(50 - 7800, "starting in 2 h 10 min", id="future-hours"),
+    pytest.param(50, "starting now", id="now"),
+    pytest.param(50 + 600, "since 10 min ago (the jobs there run past their estimated end)", id="past"),
+]
+
+
+@pytest.mark.parametrize(("now", "says"), RESERVATION_TIMES)
+def test_the_reservation_start_reads_as_a_time_from_the_cycle(now: float, says: str) -> None:
+    state = blocked()
+    d = ResourceScheduler().schedule(state, [training("big", 8, topology=RACK, submit_time=now)], now)
+    st = d.pending_status("big")
+    assert st is not None and st.reason is Reason.RESERVATION
+    assert f"rack(s) r001 are reserved for it {says};" in st.message, st.message
+    assert st.at == 50 and "t=" not in st.message
 
 
 def test_the_reservation_is_the_rack_that_is_whole_first() -> None:
@@ -114,6 +140,7 @@ def test_without_end_estimates_the_reservation_still_holds_the_closest_rack() ->
     assert (d.reservation.racks, d.reservation.start) == (frozenset({1}), None)
     st = d.pending_status("big")
     assert st is not None and "until running jobs end" in st.message
+    assert st.at is None and st.text(lambda at: "never said") == st.message  # no time to say
     assert racks_of(state, placed(d, "later").placement) == [0]
 
 

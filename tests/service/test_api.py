@@ -3,6 +3,7 @@ tenants, validation, and what a restart keeps."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,9 @@ from tests.service.conftest import LiveService, serve_in_thread, small_cluster, 
 
 from rackscale.service.app import ServiceConfig, ServiceConfigError, build_service
 from rackscale.service.auth import TokenFileError, TokenTable
+from rackscale.service.runner import spec_of
 from rackscale.service.store import Store
+from rackscale.service.views import clock_time, say_time
 
 ADMIN, TEAM_A, TEAM_B = "admin-token-0123456789", "team-a-token-0123456789", "team-b-token-0123456789"
 TOKENS = f"""
@@ -125,7 +128,10 @@ def test_duplicate_names_are_409_and_unknown_jobs_404(service: LiveService) -> N
     c = service.client()
     assert c.post("/v1/jobs", json=job("dup")).status_code == 201
     r = c.post("/v1/jobs", json=job("dup"))
-    assert r.status_code == 409 and "already exists" in r.json()["detail"]
+    assert r.status_code == 409
+    assert r.json()["detail"] in (
+        f"a job named 'dup' is {status}: cancel it first, or pick another name" for status in ("pending", "running")
+    )
     assert c.get("/v1/jobs/nope").status_code == 404
     assert c.delete("/v1/jobs/nope").status_code == 404
     assert c.get("/v1/racks/nope").status_code == 404
@@ -260,3 +266,168 @@ def test_a_tenant_sees_other_tenants_gpus_as_used_but_not_their_job_names(secure
         if g["usedMilli"]
     ]
     assert {g["job"] for g in grid} <= {None, "a-job"} and any(g["job"] is None for g in grid)
+
+
+# ---------------------------------------------------------------------- a name reused once its job ended
+def end_it(c: httpx.Client, name: str, how: str) -> None:
+    """Submit ``name`` and see it end: cancelled by a user, completed, or failed (more GPUs than the
+    cluster has: it can never run)."""
+    body = {
+        "cancel": job(name, 8),
+        "completed": job(name, 8, durationEstimateSeconds=300),  # 0.3 s at speed 1000
+        "failed": job(name, 1000),
+    }[how]
+    assert c.post("/v1/jobs", json=body).status_code == 201
+    if how == "cancel":
+        wait_for(lambda: c.get(f"/v1/jobs/{name}").json()["status"] == "running", what="running")
+        assert c.delete(f"/v1/jobs/{name}").json()["status"] == "cancelled"
+    else:
+        wait_for(lambda: c.get(f"/v1/jobs/{name}").json()["status"] == how, what=how)
+
+
+@pytest.mark.parametrize("how", ["cancel", "completed", "failed"])
+def test_a_name_is_free_again_once_its_job_has_ended(service: LiveService, how: str) -> None:
+    c = service.client()
+    end_it(c, "again", how)
+    old = c.get("/v1/jobs/again").json()
+    old_events = c.get("/v1/jobs/again/events").json()
+    r = c.post("/v1/jobs", json=job("again", 8))
+    assert r.status_code == 201, r.text
+    new = r.json()
+    assert new["run"] > old["run"] and new["status"] == "pending"
+    got = wait_for(lambda: (j := c.get("/v1/jobs/again").json())["status"] == "running" and j, what="the new run")
+    assert isinstance(got, dict) and got["run"] == new["run"]
+    assert got["earlierRunCount"] == 1
+    assert [(e["run"], e["status"]) for e in got["earlierRuns"]] == [(old["run"], old["status"])]
+    # Each run has its own events: none of the old run's are mixed into the new one's
+    events = c.get("/v1/jobs/again/events").json()
+    assert events["run"] == new["run"]
+    assert [e["type"] for e in events["items"]] == ["submitted", "scheduled"]
+    assert c.get(f"/v1/jobs/again/events?run={old['run']}").json() == old_events
+    assert c.get(f"/v1/jobs/again?run={old['run']}").json()["status"] == old["status"]
+    r = c.get("/v1/jobs/again?run=999999")
+    assert r.status_code == 404 and "has no run 999999" in r.text
+    # Every run in the list, oldest first; a second active run of the name is still refused
+    assert [(j["name"], j["run"]) for j in c.get("/v1/jobs").json()["items"]] == [
+        ("again", old["run"]),
+        ("again", new["run"]),
+    ]
+    r = c.post("/v1/jobs", json=job("again", 8))
+    assert r.status_code == 409 and "is running: cancel it first, or pick another name" in r.text
+    # Cancel addresses the latest run; the ended one stays as it was
+    assert c.delete("/v1/jobs/again").json()["run"] == new["run"]
+    assert c.get(f"/v1/jobs/again?run={old['run']}").json()["status"] == old["status"]
+    wait_for(lambda: c.get("/v1/cluster").json()["gpusAllocated"] == 0, what="GPUs released")
+
+
+def test_a_new_run_whose_submission_overtakes_the_old_runs_cancel_still_runs(service: LiveService) -> None:
+    """Two clients: one cancels the job, the other submits its name again; the runner may hear of the new run
+    before the cancel of the old one. The old run is stopped, the new one runs, and the late cancel (of the
+    old run) does not touch the new one."""
+    c = service.client()
+    assert c.post("/v1/jobs", json=job("race", 8)).status_code == 201
+    wait_for(lambda: c.get("/v1/jobs/race").json()["status"] == "running", what="running")
+    runner, store = service.svc.ctx.runner, service.svc.ctx.store
+    with runner.lock:  # no runner step meanwhile: both messages wait in its inbox, the new run's first
+        old = store.cancel("race", runner.clock.now())
+        assert old is not None and old.status == "cancelled"
+        new = store.insert_job(
+            name="race",
+            queue="default",
+            kind="training",
+            gpus=16,
+            priority=0,
+            doc=job("race", 16),
+            submitted=old.ended or 0,
+        )
+        runner.submitted(spec_of(new), new.seq)
+        runner.cancelled("race", old.seq)
+    got = wait_for(lambda: (j := c.get("/v1/jobs/race").json())["status"] == "running" and j, what="the new run")
+    assert isinstance(got, dict) and got["run"] == new.seq
+    assert c.get("/v1/cluster").json()["gpusAllocated"] == 16  # the old run's 8 GPUs were freed
+    with runner.reading() as lv:
+        assert lv.specs["race"].total_gpus == 16
+    assert [r.status for r in store.jobs()] == ["cancelled", "running"]
+    assert store.check() == []
+
+
+def test_a_tenant_is_not_told_about_another_tenants_job_of_the_name(secured: LiveService) -> None:
+    a, b = secured.client(TEAM_A), secured.client(TEAM_B)
+    assert b.post("/v1/jobs", json=job("shared-name", queue="team-b")).status_code == 201
+    r = a.post("/v1/jobs", json=job("shared-name"))
+    assert r.status_code == 409
+    assert (
+        r.json()["detail"]
+        == "a job named 'shared-name' is pending or running in a queue you cannot use: pick another name"
+    )
+
+
+def test_restart_keeps_every_run_of_a_name(tmp_path: Path) -> None:
+    cfg = ServiceConfig(data_dir=tmp_path / "data", cluster=small_cluster(), speed=1.0, interval_s=0.01)
+    with serve_in_thread(cfg) as first:
+        c = first.client()
+        for _ in range(2):  # two runs cancelled, the third running
+            c.post("/v1/jobs", json=job("rerun", 8))
+            wait_for(lambda: c.get("/v1/jobs/rerun").json()["status"] == "running", what="running")
+            c.delete("/v1/jobs/rerun")
+        c.post("/v1/jobs", json=job("rerun", 8))
+        wait_for(lambda: c.get("/v1/jobs/rerun").json()["status"] == "running", what="the third run")
+        before = c.get("/v1/jobs").json()["items"]
+        events_before = c.get("/v1/jobs/rerun/events").json()
+    with serve_in_thread(cfg) as second:
+        c = second.client()
+        after = c.get("/v1/jobs").json()["items"]
+        assert [(j["run"], j["status"]) for j in after] == [(j["run"], j["status"]) for j in before]
+        assert [j["status"] for j in after] == ["cancelled", "cancelled", "running"]
+        assert second.svc.recovered == {"running": 1, "pending": 0}  # rebuilt from the active run only
+        latest = c.get("/v1/jobs/rerun").json()
+        assert latest["run"] == before[-1]["run"] and latest["earlierRunCount"] == 2
+        assert c.get("/v1/jobs/rerun/events").json() == events_before
+        assert c.get("/v1/cluster").json()["gpusAllocated"] == 8
+        assert c.post("/v1/jobs", json=job("rerun", 8)).status_code == 409
+    assert Store(f"sqlite:///{cfg.data_dir / 'rackscale.db'}").check() == []
+
+
+# ---------------------------------------------------------------------- pending reasons
+def test_a_reservation_says_when_as_a_clock_time(service: LiveService) -> None:
+    c = service.client()
+    day = 86400.0  # the racks free up in a day of the service clock (86 s of the test's at speed 1000)
+    for n in ("fill-1", "fill-2"):
+        c.post("/v1/jobs", json=job(n, 72, durationEstimateSeconds=day))
+    wait_for(lambda: c.get("/v1/cluster").json()["running"] == 2, what="the cluster full")
+    c.post("/v1/jobs", json=job("big", 72, topology={"required": "rack"}))
+    got = wait_for(
+        lambda: (j := c.get("/v1/jobs/big").json())["reason"] == "WaitingForReservation" and j, what="a reservation"
+    )
+    assert isinstance(got, dict)
+    message = got["message"]
+    assert "t=" not in message and "[" not in message, message
+    # e.g. "rack(s) r000 are reserved for it from 2026-12-02 14:05 UTC, in 23 h 59 min; smaller jobs ..."
+    assert re.search(r"rack\(s\) [a-z0-9-]+ are reserved for it from (\d{4}-\d\d-\d\d )?\d\d:\d\d UTC, in ", message), (
+        message
+    )
+    assert re.search(r", in (23 h \d+ min|1 d); ", message), message
+    # The page and describe read this message; the list says the same
+    listed = {j["name"]: j for j in c.get("/v1/jobs?status=pending").json()["items"]}
+    assert "UTC, in " in listed["big"]["message"]
+
+
+NOON = 1796212800.0  # 2026-12-02 12:00:00 UTC
+# (at, now, what the API says): the service clock in UTC; the date only when it is another day than now's
+CLOCK_TIMES = [
+    pytest.param(NOON + 7800, NOON, "14:10 UTC, in 2 h 10 min", id="later-today"),
+    pytest.param(NOON - 300, NOON, "11:55 UTC, 5 min ago", id="earlier-today"),
+    pytest.param(NOON + 86400 + 3600, NOON, "2026-12-03 13:00 UTC, in 1 d 1 h", id="tomorrow"),
+    pytest.param(NOON - 3 * 86400, NOON, "2026-11-29 12:00 UTC, 3 d ago", id="days-ago"),
+    pytest.param(NOON + 30, NOON, "12:00 UTC, in 30 s", id="seconds"),
+    pytest.param(NOON, NOON, "12:00 UTC, now", id="now"),
+]
+
+
+@pytest.mark.parametrize(("at", "now", "says"), CLOCK_TIMES)
+def test_times_in_messages_read_as_utc_clock_times(at: float, now: float, says: str) -> None:
+    assert say_time(at, now) == says
+
+
+def test_a_time_no_calendar_holds_is_said_in_seconds() -> None:
+    assert clock_time(1e30, NOON).endswith(" s")

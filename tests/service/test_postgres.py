@@ -5,16 +5,18 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 from tests.service.conftest import serve_in_thread, small_cluster, wait_for
+from tests.service.legacy_store import write_legacy_store
 from tests.service.postgres import INSTALL_HINT, postgres_server
 
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.service.app import ServiceConfig
 from rackscale.service.live import COMPLETED, SCHEDULED, Change
-from rackscale.service.store import DuplicateJob, Store
+from rackscale.service.store import DuplicateJob, JobRow, Store
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +87,50 @@ def test_the_service_runs_and_restarts_on_postgresql(pg_url: str, pg_store: Stor
             n: (j["status"], j["placement"]) for n, j in before.items()
         }
         assert second.svc.recovered == {"running": 2, "pending": 1}
+
+
+def test_a_name_is_reused_once_its_job_has_ended_on_postgresql(pg_store: Store) -> None:
+    s = pg_store
+
+    def add(name: str, t: float) -> Future[JobRow]:
+        return s.insert_job_later(name=name, queue="q", kind="training", gpus=4, priority=0, doc={}, submitted=t)
+
+    first = add("a", 1.0).result()
+    s.cancel("a", 2.0)
+    futures = [add("a", 3.0), add("a", 3.0)]  # the ended name taken once in a group commit, not twice
+    second = futures[0].result()
+    with pytest.raises(DuplicateJob):
+        futures[1].result()
+    assert second.seq > first.seq and s.get("a") == second
+    p = Placement("a", (NodeAlloc(0, (0, 1, 2, 3)),), 1)
+    stale = Change("a", SCHEDULED, 4.0, "Scheduled", "placed", p, run=first.seq)
+    assert s.apply([stale]) == {"a"}  # decided for the cancelled run: never lands on the new one
+    assert s.apply([Change("a", SCHEDULED, 5.0, "Scheduled", "placed", p, run=second.seq)]) == set()
+    with pytest.raises(DuplicateJob):
+        add("a", 6.0).result()
+    assert [e.type for e in s.events("a")] == ["submitted", "scheduled"]
+    assert [e.type for e in s.events("a", run=first.seq)] == ["submitted", "cancelled"]
+    assert [(r.name, r.status) for r in s.jobs()] == [("a", "cancelled"), ("a", "running")]
+    assert s.earlier_runs("a", second.seq)[0] == 1
+    assert s.check() == []
+
+
+def test_an_older_store_is_migrated_on_postgresql(pg_url: str, pg_store: Store) -> None:
+    pg_store.close()
+    with pg_store.engine.begin() as c:  # the store as an older rackscale made it
+        c.exec_driver_sql("DROP TABLE jobs, events, meta")
+    write_legacy_store(pg_url)
+    s = Store(pg_url)
+    try:
+        assert len(s.migrated) == 2, s.migrated
+        assert [(e.run, e.type) for e in s.events("old")] == [(1, "submitted"), (1, "scheduled"), (1, "cancelled")]
+        assert s.check() == []
+        s.insert_job(name="old", queue="q", kind="training", gpus=4, priority=0, doc={}, submitted=10.0)
+        with pytest.raises(DuplicateJob):
+            s.insert_job(name="busy", queue="q", kind="training", gpus=4, priority=0, doc={}, submitted=10.0)
+        assert [(r.name, r.status) for r in s.jobs()][-1] == ("old", "pending")
+    finally:
+        s.close()
+    again = Store(pg_url)  # migrated once: a second open changes nothing
+    assert again.migrated == []
+    again.close()

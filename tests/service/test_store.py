@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import exc as sa_exc
+from tests.service.legacy_store import write_legacy_store
 
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.service.live import COMPLETED, FAILED, PREEMPTED, SCHEDULED, WAITING, Change
@@ -196,3 +197,134 @@ def test_check_reports_records_that_do_not_decode(tmp_path: Path) -> None:
     assert a is not None and a.corrupt is not None and a.doc == {} and a.message.startswith("the stored record is")
     assert s.check() == [f"a: the stored record is corrupt: {a.corrupt}"]
     assert [r.name for r in s.jobs()] == ["a", "b"]
+
+
+# ---------------------------------------------------------------------- a name reused once its job ended
+def end(s: Store, name: str, how: str) -> None:
+    """End the active run of ``name``: cancelled by a user, or completed or failed on the cluster."""
+    if how == "cancel":
+        s.cancel(name, 5.0)
+        return
+    s.apply([Change(name, SCHEDULED, 2.0, "Scheduled", "placed", place(name))])
+    s.apply([Change(name, how, 3.0, how, how, exit_code=0 if how == COMPLETED else 1)])
+
+
+@pytest.mark.parametrize("how", ["cancel", COMPLETED, FAILED])
+def test_a_name_is_free_again_once_its_job_has_ended(tmp_path: Path, how: str) -> None:
+    s = store(tmp_path)
+    add(s, "j", 1.0)
+    first = s.get("j")
+    assert first is not None
+    end(s, "j", how)
+    ended = s.get("j")
+    assert ended is not None and ended.status in ("cancelled", "completed", "failed")
+    old_events = [e.type for e in s.events("j")]
+    add(s, "j", 10.0)  # a new run of the name; the ended one stays as history
+    new = s.get("j")
+    assert new is not None and new.seq > first.seq and new.status == "pending" and new.submitted == 10.0
+    assert [(r.name, r.status) for r in s.jobs()] == [("j", ended.status), ("j", "pending")]  # oldest first
+    assert [e.type for e in s.events("j")] == ["submitted"]  # the new run's own, none of the old run's
+    assert [e.type for e in s.events("j", run=first.seq)] == old_events
+    assert {e.run for e in s.events("j", run=first.seq)} == {first.seq}
+    assert s.get("j", run=first.seq) == ended
+    count, earlier = s.earlier_runs("j", new.seq)
+    assert count == 1 and [r.seq for r in earlier] == [first.seq]
+    assert s.earlier_runs("j", first.seq) == (0, [])
+    assert s.check() == []
+
+
+@pytest.mark.parametrize("status", ["pending", "running"])
+def test_a_second_active_run_of_a_name_is_refused(tmp_path: Path, status: str) -> None:
+    s = store(tmp_path)
+    add(s, "j")
+    if status == "running":
+        s.apply([Change("j", SCHEDULED, 1.0, "Scheduled", "placed", place("j"))])
+    s.cancel("other", 1.0)  # no such job: nothing
+    with pytest.raises(DuplicateJob):
+        add(s, "j", 2.0)
+    s.cancel("j", 3.0)
+    add(s, "j", 4.0)
+    with pytest.raises(DuplicateJob):  # nor beside the new run
+        add(s, "j", 5.0)
+    assert [r.status for r in s.jobs()] == ["cancelled", "pending"]
+
+
+def test_a_group_commit_takes_one_new_run_of_an_ended_name(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    add(s, "j")
+    s.cancel("j", 1.0)
+    futures = [
+        s.insert_job_later(name=n, queue="q", kind="training", gpus=4, priority=0, doc={"name": n}, submitted=2.0)
+        for n in ("j", "k", "j")
+    ]
+    assert futures[0].result().name == "j" and futures[1].result().name == "k"
+    with pytest.raises(DuplicateJob):
+        futures[2].result()
+    assert [(r.name, r.status) for r in s.jobs()] == [("j", "cancelled"), ("j", "pending"), ("k", "pending")]
+
+
+def test_a_change_decided_for_an_ended_run_never_lands_on_the_new_run(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    add(s, "j")
+    first = s.get("j")
+    assert first is not None
+    s.cancel("j", 1.0)  # cancelled while a cycle placed it ...
+    add(s, "j", 2.0)  # ... and submitted again before the cycle's commit
+    second = s.get("j")
+    assert second is not None
+    stale = Change("j", SCHEDULED, 3.0, "Scheduled", "placed", place("j"), run=first.seq)
+    assert s.apply([stale]) == {"j"}
+    assert (row := s.get("j")) is not None and row.status == "pending" and row.placement is None
+    assert s.apply([Change("j", SCHEDULED, 4.0, "Scheduled", "placed", place("j"), run=second.seq)]) == set()
+    assert (row := s.get("j")) is not None and row.status == "running"
+    assert [e.type for e in s.events("j")] == ["submitted", "scheduled"]
+    assert [e.type for e in s.events("j", run=first.seq)] == ["submitted", "cancelled"]
+    # A change that names no run goes to the active one; with none active it is refused
+    assert s.apply([Change("j", COMPLETED, 5.0, "Completed", "done", exit_code=0)]) == set()
+    assert s.apply([Change("j", FAILED, 6.0, "Failed", "late")]) == {"j"}
+    assert [r.status for r in s.jobs()] == ["cancelled", "completed"]
+
+
+def test_check_finds_a_name_with_two_active_runs(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    add(s, "j")
+    con = sqlite3.connect(tmp_path / "db.sqlite")
+    con.execute("DROP INDEX ux_jobs_active_name")  # what a store without the index could come to
+    cols = "name, queue, kind, gpus, priority, status, reason, message, doc"
+    con.execute(f"INSERT INTO jobs ({cols}, submitted, restarts) SELECT {cols}, 9, 0 FROM jobs")
+    con.commit()
+    con.close()
+    assert s.check() == ["j: two active runs (seq 1 and 2)"]
+
+
+def test_an_older_store_is_migrated_when_opened(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    write_legacy_store(url)
+    s = Store(url)
+    assert not s.created and len(s.migrated) == 2, s.migrated
+    assert "3 event(s) filled by job name" in s.migrated[0]
+    # The rows kept their seq; the events found their runs
+    assert [(r.seq, r.name, r.status) for r in s.jobs()] == [
+        (1, "old", "cancelled"),
+        (2, "busy", "running"),
+        (3, "queued", "pending"),
+    ]
+    assert [(e.run, e.type) for e in s.events("old")] == [(1, "submitted"), (1, "scheduled"), (1, "cancelled")]
+    assert [(e.run, e.type) for e in s.events("busy")] == [(2, "submitted"), (2, "scheduled")]
+    assert s.check() == []
+    # The ended job's name is free; the active ones' are not
+    add(s, "old", 10.0)
+    with pytest.raises(DuplicateJob):
+        add(s, "busy", 10.0)
+    assert [e.type for e in s.events("old")] == ["submitted"]
+    s.close()
+    again = Store(url)  # migrated once: a second open changes nothing
+    assert again.migrated == []
+    assert [(r.name, r.status) for r in again.jobs()] == [
+        ("old", "cancelled"),
+        ("busy", "running"),
+        ("queued", "pending"),
+        ("old", "pending"),
+    ]
+    again.close()
+    assert sqlite_file_problem(tmp_path / "db.sqlite") is None

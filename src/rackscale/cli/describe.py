@@ -25,7 +25,8 @@ def describe(
     token_file: TokenFileOpt = None,
 ) -> None:
     """Show one job (status, queue, priority, placement, why it is pending, its events) or one rack
-    (allocation, nodes, and which job holds each GPU).
+    (allocation, nodes, and which job holds each GPU). A job name submitted again once its job ended is a
+    new run: describe shows the latest, and says how many ran before (get jobs lists every run).
 
     Examples:
 
@@ -90,6 +91,9 @@ def _job(job: dict[str, Any], events: list[dict[str, Any]], now: float) -> None:
     if job.get("exitCode") is not None:
         _line("Exit code", job["exitCode"])
     _line("Restarts", job.get("restarts", 0))
+    earlier = _earlier(job, now)
+    if earlier:
+        _line("Earlier runs", earlier)
     p = job.get("placement")
     if p:
         out("Placement:\n")
@@ -118,6 +122,20 @@ def _job(job: dict[str, Any], events: list[dict[str, Any]], now: float) -> None:
     out("Events:\n")
     rows = [[e["type"], e["reason"], age(now - e["time"]), e["message"]] for e in events]
     table(["TYPE", "REASON", "AGE", "MESSAGE"], rows, indent="  ")
+
+
+def _earlier(job: dict[str, Any], now: float) -> str | None:
+    """``2, the last cancelled 5m ago (get jobs lists every run)``: the runs of the name before this one."""
+    n = job.get("earlierRunCount") or 0
+    runs = job.get("earlierRuns") or []
+    if not n:
+        return None
+    last = runs[0] if runs else None
+    said = f"{n}"
+    if last is not None:
+        ended = last.get("ended")
+        said += f", the last {last.get('status', '?')}" + (f" {age(now - ended)} ago" if ended is not None else "")
+    return said + " (rackscale get jobs lists every run)"
 
 
 def _per_node(slices: list[dict[str, Any]]) -> list[list[str]]:

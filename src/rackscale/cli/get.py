@@ -127,6 +127,7 @@ def _job_cols(now: float) -> tuple[list[Col], list[Col]]:
         ("RESTARTS", lambda j: j.get("restarts", 0)),
         ("NODES", _nodes_of),
         ("REASON", lambda j: j.get("reason") or "-"),
+        ("RUN", lambda j: j.get("run") or "-"),  # a name submitted again once ended: one row per run
     ]
     return base, wide
 

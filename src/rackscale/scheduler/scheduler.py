@@ -54,7 +54,7 @@ from rackscale.scheduler.placement.baselines import BestFitNoTopology, FirstFitS
 from rackscale.scheduler.placement.request import racks_descending
 from rackscale.scheduler.placement.topology_pack import TopologyPack
 from rackscale.scheduler.split import SplitAdvisor
-from rackscale.scheduler.status import Code, Reason, Status, unschedulable, wait
+from rackscale.scheduler.status import Code, Reason, Status, relative, unschedulable, wait
 
 PLACERS[TopologyPack.name] = lambda seed: TopologyPack()
 PLACERS[FirstFitSpread.name] = FirstFitSpread
@@ -216,7 +216,7 @@ class ResourceScheduler:
                 if reservation is None and self.profile.backfill and status.code is Code.UNSCHEDULABLE:
                     reservation = plan_reservation(job, state, ctx)
                     if reservation is not None:
-                        status = _reserved_status(job, reservation, state)
+                        status = _reserved_status(job, reservation, state, now)
                 elif reservation is not None and job.name != reservation.job and exclude:
                     status = wait(
                         Reason.RESERVATION,
@@ -393,10 +393,8 @@ class ResourceScheduler:
                 victim=v.spec.name,
                 preemptor=job.name,
                 # No job names: the host shows this to the victim's owner, who may be another tenant.
-                reason=(
-                    f"priority {job.priority} > {v.spec.priority}, to free GPUs in rack(s) "
-                    f"{', '.join(state.cluster.racks[r].name for r in sorted(choice.racks))}"
-                ),
+                reason=f"priority {job.priority} > {v.spec.priority}, to free GPUs in rack(s) "
+                f"{_rack_names(state, choice.racks)}",
             )
             for v in choice.victims
         ]
@@ -456,13 +454,25 @@ def _backfilled(p: Placed) -> Placed:
     return Placed(p.spec, p.placement, p.expected_end, backfilled=True, scale_up=p.scale_up)
 
 
-def _reserved_status(job: JobSpec, r: Reservation, state: ClusterState) -> Status:
-    when = f"from t={r.start:g}" if r.start is not None else "until running jobs end"
+def _reserved_status(job: JobSpec, r: Reservation, state: ClusterState, now: float) -> Status:
+    """The holder's reason. Its start is said relative to this cycle ("starting in 2 h 10 min"), and kept as
+    ``at`` for a presentation layer to say as a clock time (the core formats none)."""
+    at = r.start
+    if at is None:
+        when = "until running jobs end"
+    elif round(at - now) > 0:
+        when = f"starting {relative(at, now)}"
+    elif round(at - now) == 0:
+        when = "starting now"
+    else:  # the jobs there run past their estimated end
+        when = f"since {relative(at, now)} (the jobs there run past their estimated end)"
     return wait(
         Reason.RESERVATION,
         f"waiting for GPUs: rack(s) {_rack_names(state, r.racks)} are reserved for it {when}; smaller jobs are "
         "backfilled only where they do not delay it",
         "backfill",
+        at=at,
+        when=when if at is not None else "",
     )
 
 

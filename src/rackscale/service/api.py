@@ -1,7 +1,8 @@
 """The REST API (FastAPI), under ``/v1``; ``/metrics`` for Prometheus; the web page at ``/``.
 
 Errors are JSON ``{"detail": ...}``: 401 without a valid token, 403/404 for another tenant's jobs (never
-their data), 404 for unknown names, 409 for a duplicate job name, 413 for a body over the limit, 422 for a
+their data), 404 for unknown names, 409 for the name of a job still pending or running (an ended job's name
+may be submitted again: a new run of it), 413 for a body over the limit, 422 for a
 bad job spec with each problem's field path and a fix. Nothing here raises to the client as a 500 on bad
 input; a 503 (with Retry-After) says the store cannot write now, why and the fix: nothing of that request was
 stored, and the service takes work again by itself once the store does.
@@ -25,7 +26,7 @@ from rackscale.model.specs import job_from_dict
 from rackscale.service.auth import ANONYMOUS, Principal, TokenTable
 from rackscale.service.guard import RequestGuard
 from rackscale.service.runner import Runner
-from rackscale.service.store import STATUSES, DuplicateJob, RejectedJob, Store, StoreUnavailable
+from rackscale.service.store import ACTIVE, STATUSES, DuplicateJob, RejectedJob, Store, StoreUnavailable
 from rackscale.service.views import (
     ClusterOut,
     ErrorOut,
@@ -124,15 +125,24 @@ def create_app(ctx: ServiceContext) -> FastAPI:
 
     Who = Annotated[Principal, Depends(principal)]
 
-    def visible_job(name: str, who: Principal) -> Any:
-        row = ctx.store.get(name)
+    def visible_job(name: str, who: Principal, run: int | None = None) -> Any:
+        """The latest run of ``name`` (or its run ``run``), if the caller may see it; else 404."""
+        row = ctx.store.get(name, run=run)
         if row is None or not who.can_use(row.queue):
+            if run is not None and (latest := ctx.store.get(name)) is not None and who.can_use(latest.queue):
+                raise ApiError(404, f"job {name!r} has no run {run} (its latest run is {latest.seq})")
             raise ApiError(404, f"no job named {name!r}" + ("" if who.is_admin else " in your queues"))
         return row
 
-    def job_view(row: Any) -> JobOut:
-        why = live.why.get(row.name)
-        return job_out(cluster, row, why=(why.reason.value, why.message) if why is not None else None)
+    def job_view(row: Any, now: float, earlier: tuple[int, list[Any]] | None = None) -> JobOut:
+        # Only the active run (the latest) has a live reason: an earlier run of the name keeps its own.
+        why = live.why.get(row.name) if row.status in ACTIVE else None
+        return job_out(cluster, row, why=why, now=now, earlier=earlier)
+
+    RunQuery = Annotated[
+        int | None,
+        Query(ge=1, le=2**62, description="one run of the name (its `run`); default: the latest run"),
+    ]
 
     # ------------------------------------------------------------------ health
     @app.get("/healthz", include_in_schema=False)
@@ -153,7 +163,8 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         "/v1/jobs",
         status_code=201,
         response_model=JobOut,
-        responses=_pick(403, 413, 422, 503) | {409: {"model": ErrorOut, "description": "a job of that name exists"}},
+        responses=_pick(403, 413, 422, 503)
+        | {409: {"model": ErrorOut, "description": "a job of that name is pending or running"}},
         openapi_extra={
             "requestBody": {
                 "required": True,
@@ -219,19 +230,19 @@ def create_app(ctx: ServiceContext) -> FastAPI:
                 )
             )
         except DuplicateJob as e:
-            raise ApiError(
-                409, f"a job named {spec.name!r} already exists (pick another name, or cancel it and use a new one)"
-            ) from e
+            raise ApiError(409, _taken(ctx.store, spec.name, who)) from e
         except StoreUnavailable as e:  # nothing was stored: the client may send it again
             raise ApiError(503, str(e), {"Retry-After": RETRY_AFTER_S}) from e
         except RejectedJob as e:  # the database refused this row (the others of its commit went through)
             raise ApiError(
                 422, [{"loc": ["body"], "msg": str(e), "fix": "shorten the job's names and values, then send it again"}]
             ) from e
-        ctx.runner.submitted(spec)
+        ctx.runner.submitted(spec, row.seq)
         if ctx.metrics is not None:
             ctx.metrics.submitted(spec.queue)
-        return Response(job_out(cluster, row).model_dump_json(), status_code=201, media_type="application/json")
+        return Response(
+            job_out(cluster, row, now=now).model_dump_json(), status_code=201, media_type="application/json"
+        )
 
     @app.get("/v1/jobs", response_model=JobList, summary="List jobs (yours only, for a tenant), oldest first")
     async def list_jobs(
@@ -261,13 +272,25 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         if queue is not None:
             queues = [queue] if queues is None or queue in queues else []
         rows = ctx.store.jobs(queues=queues, status=statuses, kind=kind, after=after, limit=limit)
-        return JobList(items=[job_view(r) for r in rows], next_after=rows[-1].seq if len(rows) == limit else None)
+        now = ctx.runner.clock.now()
+        return JobList(items=[job_view(r, now) for r in rows], next_after=rows[-1].seq if len(rows) == limit else None)
 
-    @app.get("/v1/jobs/{name}", response_model=JobOut, responses={404: _ERRORS[404]}, summary="One job")
-    async def get_job(name: str, who: Who) -> JobOut:
-        return job_view(visible_job(name, who))
+    @app.get(
+        "/v1/jobs/{name}",
+        response_model=JobOut,
+        responses={404: _ERRORS[404]},
+        summary="One job: the latest run of the name, with a count of its earlier runs",
+    )
+    async def get_job(name: str, who: Who, run: RunQuery = None) -> JobOut:
+        row = visible_job(name, who, run)
+        return job_view(row, ctx.runner.clock.now(), ctx.store.earlier_runs(name, row.seq))
 
-    @app.delete("/v1/jobs/{name}", response_model=JobOut, responses=_pick(404, 503), summary="Cancel a job")
+    @app.delete(
+        "/v1/jobs/{name}",
+        response_model=JobOut,
+        responses=_pick(404, 503),
+        summary="Cancel a job (its active run; a job that has ended is returned as it is)",
+    )
     async def cancel_job(name: str, who: Who) -> JobOut:
         visible_job(name, who)
         if problem := ctx.runner.problem:
@@ -279,13 +302,21 @@ def create_app(ctx: ServiceContext) -> FastAPI:
             raise ApiError(503, str(e), {"Retry-After": RETRY_AFTER_S}) from e
         if row is None:
             raise ApiError(404, f"no job named {name!r}")
-        ctx.runner.cancelled(name)
-        return job_out(cluster, row)
+        ctx.runner.cancelled(name, row.seq)
+        return job_out(cluster, row, now=now)
 
-    @app.get("/v1/jobs/{name}/events", response_model=EventList, responses={404: _ERRORS[404]})
-    async def job_events(name: str, who: Who, limit: Annotated[int, Query(ge=1, le=5000)] = 200) -> EventList:
-        visible_job(name, who)
-        return EventList(job=name, items=[event_out(e) for e in ctx.store.events(name, limit=limit)])
+    @app.get(
+        "/v1/jobs/{name}/events",
+        response_model=EventList,
+        responses={404: _ERRORS[404]},
+        summary="A job's events: those of its latest run (or of ?run=), oldest first",
+    )
+    async def job_events(
+        name: str, who: Who, limit: Annotated[int, Query(ge=1, le=5000)] = 200, run: RunQuery = None
+    ) -> EventList:
+        row = visible_job(name, who, run)
+        items = [event_out(e) for e in ctx.store.events(name, limit=limit, run=row.seq)]
+        return EventList(job=name, items=items, run=row.seq)
 
     # ------------------------------------------------------------------ cluster
     @app.get("/v1/cluster", response_model=ClusterOut, summary="The cluster and the service")
@@ -398,6 +429,16 @@ def authenticate(ctx: ServiceContext, authorization: str | None, *, metrics: boo
     if who.role == "scrape" and not metrics:
         raise ApiError(403, f"token {who.name!r} is a scrape token: it may read /metrics only")
     return who
+
+
+def _taken(store: Store, name: str, who: Principal) -> str:
+    """The 409's words: what holds the name, and what to do. Another tenant's job is not described."""
+    row = store.get(name)
+    if row is None or row.status not in ACTIVE:  # it ended between the insert and this read
+        return f"a job named {name!r} was pending or running a moment ago: send it again, or pick another name"
+    if who.can_use(row.queue):
+        return f"a job named {name!r} is {row.status}: cancel it first, or pick another name"
+    return f"a job named {name!r} is pending or running in a queue you cannot use: pick another name"
 
 
 def _pick(*codes: int) -> dict[int | str, dict[str, Any]]:

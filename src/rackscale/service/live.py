@@ -33,7 +33,9 @@ SCHEDULED, PREEMPTED, COMPLETED, FAILED, CANCELLED, WAITING = (
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One thing that happened to a job. ``waiting`` carries a new pending reason (no status change)."""
+    """One thing that happened to a job. ``waiting`` carries a new pending reason (no status change).
+    ``run``: the store's run of the job it was decided for (0: whichever run of the name is active); the
+    runner sets it, so a change never lands on a newer run of a reused name."""
 
     job: str
     type: str
@@ -42,6 +44,7 @@ class Change:
     message: str = ""
     placement: Placement | None = None
     exit_code: int | None = None
+    run: int = 0
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ from rackscale.model.spec_errors import SpecError
 from rackscale.model.specs import job_from_dict
 from rackscale.model.workload import JobSpec
 from rackscale.service.clock import ServiceClock
-from rackscale.service.live import CANCELLED, FAILED, PREEMPTED, SCHEDULED, Change, LiveCluster
+from rackscale.service.live import CANCELLED, COMPLETED, FAILED, PREEMPTED, SCHEDULED, Change, LiveCluster
 from rackscale.service.store import PENDING, RUNNING, JobRow, Store, StoreUnavailable
 
 log = logging.getLogger("rackscale.service")
@@ -72,7 +72,10 @@ class Runner:
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
         self.lock = threading.RLock()  # held while the live cluster changes; readers take it briefly
-        self._inbox: deque[tuple[str, JobSpec | str]] = deque()
+        self._inbox: deque[tuple[JobSpec | str, int]] = deque()  # a submission (its spec) or a cancel (a name)
+        # The store's run (seq) of each job in the live cluster: its changes carry it (Change.run), so one
+        # decided for a run that has ended meanwhile never lands on a newer run of the same name.
+        self._runs: dict[str, int] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -92,12 +95,14 @@ class Runner:
         return self.unhealthy or self.store.failing
 
     # ------------------------------------------------------------------ from the API (any thread)
-    def submitted(self, spec: JobSpec) -> None:
-        self._inbox.append(("submit", spec))
+    def submitted(self, spec: JobSpec, run: int = 0) -> None:
+        """A job the store has committed, as its run ``run`` (its seq; 0: unknown)."""
+        self._inbox.append((spec, run))
         self._wake.set()
 
-    def cancelled(self, name: str) -> None:
-        self._inbox.append(("cancel", name))
+    def cancelled(self, name: str, run: int = 0) -> None:
+        """The store has cancelled ``name``'s run ``run`` (0: whichever is here)."""
+        self._inbox.append((name, run))
         self._wake.set()
 
     @contextmanager
@@ -114,26 +119,29 @@ class Runner:
         counts = {"running": 0, "pending": 0}
         for row in self.store.jobs(status=[RUNNING, PENDING], limit=10**9):
             if row.corrupt is not None:  # its JSON or text does not decode: fail it, say why
-                broken.append(Change(row.name, FAILED, now, "CorruptRecord", row.message))
+                broken.append(Change(row.name, FAILED, now, "CorruptRecord", row.message, run=row.seq))
                 continue
             try:
                 spec = spec_of(row)
             except SpecError as e:  # stored under older rules that no longer accept it: fail it, say why
-                broken.append(Change(row.name, "failed", now, "InvalidSpec", f"the stored spec no longer loads: {e}"))
+                why = f"the stored spec no longer loads: {e}"
+                broken.append(Change(row.name, FAILED, now, "InvalidSpec", why, run=row.seq))
                 continue
             if row.status == RUNNING and row.placement is not None and row.started is not None:
                 try:
                     self.live.restore(spec, row.placement, started=row.started, now=now)
                 except ValueError as e:  # the placement no longer fits this cluster (e.g. a changed spec)
-                    broken.append(Change(row.name, "failed", now, "LostPlacement", f"cannot restore: {e}"))
+                    why = f"cannot restore: {e}"
+                    broken.append(Change(row.name, FAILED, now, "LostPlacement", why, run=row.seq))
                     continue
                 running[row.name] = RunningJobRecord(spec, row.placement, row.started)
                 counts["running"] += 1
             else:
                 self.live.submit(spec)
                 counts["pending"] += 1
+            self._runs[row.name] = row.seq
         exits = self.backend.adopt(running, now)
-        changes = broken + [c for e in exits if (c := self._exit(e, now)) is not None]
+        changes = broken + self._stamped([c for e in exits if (c := self._exit(e, now)) is not None])
         try:
             self.store.apply(changes)
         except StoreUnavailable as e:  # start unhealthy: the first step commits them once the store can
@@ -225,16 +233,18 @@ class Runner:
         changes: list[Change] = []
         stops: list[str] = []
         while self._inbox:
-            what, arg = self._inbox.popleft()
-            if what == "submit":
-                assert isinstance(arg, JobSpec)
+            arg, run = self._inbox.popleft()
+            if isinstance(arg, JobSpec):
+                held = self._runs.get(arg.name)
+                if run and held and held != run:
+                    # A new run of a name whose run here the store has ended: cancelled, with the cancel
+                    # still on its way (two clients). The store took the new one only once no run was active.
+                    self._drop(arg.name, now, stops)
                 if arg.name not in self.live.specs:
                     self.live.submit(arg)
-            else:
-                assert isinstance(arg, str)
-                running = arg in self.live.state.running
-                if self.live.cancel(arg, now) is not None and running:
-                    stops.append(arg)  # the store already says cancelled: no change to commit
+                    self._runs[arg.name] = run
+            elif not (run and (held := self._runs.get(arg)) and held != run):  # else: an earlier run's, done
+                self._drop(arg, now, stops)
         for name in stops:
             self._stop_job(name, now)
         exits, self._start_failures = self._start_failures, []
@@ -252,14 +262,33 @@ class Runner:
         before = self.live.counters.cycles
         changes += self.live.cycle(now)
         self._cycle_seconds = time.perf_counter() - t0 if self.live.counters.cycles != before else None
-        return changes
+        return self._stamped(changes)
+
+    def _drop(self, name: str, now: float, stops: list[str]) -> None:
+        """Forget a job the store has cancelled (no change to commit: the store says so already)."""
+        running = name in self.live.state.running
+        if self.live.cancel(name, now) is not None:
+            self._runs.pop(name, None)
+            if running:
+                stops.append(name)
+
+    def _stamped(self, changes: list[Change]) -> list[Change]:
+        """The changes with the run each was decided for; a run that ended is forgotten after its last."""
+        out: list[Change] = []
+        for ch in changes:
+            run = self._runs.get(ch.job, 0)
+            out.append(replace(ch, run=run) if run and not ch.run else ch)
+            if ch.type in (COMPLETED, FAILED, CANCELLED):
+                self._runs.pop(ch.job, None)
+        return out
 
     def _act(self, changes: list[Change], rejected: set[str], now: float) -> None:
         for ch in changes:
             if ch.job in rejected:
                 # Cancelled between the decision and the commit: undo it here, never start it.
-                if ch.type in (SCHEDULED, PREEMPTED):
-                    self.live.cancel(ch.job, now)
+                forgot = ch.type in (SCHEDULED, PREEMPTED) and self.live.cancel(ch.job, now) is not None
+                if forgot and self._runs.get(ch.job) == ch.run:
+                    self._runs.pop(ch.job, None)
                 if ch.type == PREEMPTED:
                     self._stop_job(ch.job, now)
                 continue

@@ -9,6 +9,12 @@ Faults (disk full, a read-only file, an I/O error, a lost PostgreSQL connection)
 :class:`StoreUnavailable`, which says the cause and the fix; nothing of that write was committed, and the
 store remembers it (``failing``) until a write commits again. A row the database refuses for itself (a
 value too long for its column) fails alone: the others of its group commit.
+
+Every submission is a *run*, one row, its ``seq`` its id. A name is unique among the active runs (pending,
+running: a partial unique index), so a name whose job has ended can be submitted again: a new run, the ended
+ones kept as history. Reads by name (``get``, ``events``, ``cancel``) take the latest run; the event log
+belongs to a run (``events.run``). An older store (names unique over all rows, events keyed by name) is
+migrated when it is opened (``_migrate``).
 """
 
 from __future__ import annotations
@@ -44,11 +50,13 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
     update,
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.schema import CreateTable
 
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.service.live import CANCELLED, COMPLETED, FAILED, PREEMPTED, SCHEDULED, WAITING, Change
@@ -64,7 +72,7 @@ jobs = Table(
     "jobs",
     metadata,
     Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("name", String(253), nullable=False, unique=True),
+    Column("name", String(253), nullable=False),  # unique among active runs: ux_jobs_active_name
     Column("queue", String(253), nullable=False),
     Column("kind", String(16), nullable=False),
     Column("gpus", Float, nullable=False),  # GPU demand (a shared GPU counts its fraction)
@@ -81,17 +89,29 @@ jobs = Table(
     Column("restarts", Integer, nullable=False, default=0),
     Index("ix_jobs_status", "status"),
     Index("ix_jobs_queue", "queue"),
+    Index("ix_jobs_name", "name", "seq"),  # a name's runs, the latest first
+)
+# Literal text, not bound values: a partial index is used for ON CONFLICT only where the statement's WHERE
+# is the index's own (SQLite and PostgreSQL prove it from the text).
+_ACTIVE_SQL = f"status IN ({', '.join(repr(s) for s in ACTIVE)})"
+Index(
+    "ux_jobs_active_name",
+    jobs.c.name,
+    unique=True,
+    sqlite_where=text(_ACTIVE_SQL),
+    postgresql_where=text(_ACTIVE_SQL),
 )
 events = Table(
     "events",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("job", String(253), nullable=False),
+    Column("run", Integer),  # the run's seq (None only for an event of a store migrated without its job row)
     Column("time", Float, nullable=False),
     Column("type", String(16), nullable=False),
     Column("reason", String(64), nullable=False),
     Column("message", Text, nullable=False),
-    Index("ix_events_job", "job", "id"),
+    Index("ix_events_run", "run", "id"),
 )
 meta = Table("meta", metadata, Column("key", String(64), primary_key=True), Column("value", Text, nullable=False))
 
@@ -110,21 +130,26 @@ _INSERT_RETURNING = insert(jobs).returning(jobs.c.name, jobs.c.seq)
 
 
 def _insert_new_statement(dialect: str) -> Any:
-    """INSERT .. ON CONFLICT (name) DO NOTHING RETURNING name, seq, where the dialect has it."""
+    """INSERT .. ON CONFLICT (name) WHERE <active> DO NOTHING RETURNING name, seq, where the dialect has it:
+    a name taken by an active run is skipped; an ended run's name is free."""
     if dialect == "sqlite":
         from sqlalchemy.dialects.sqlite import insert as dialect_insert
     elif dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as dialect_insert  # type: ignore[assignment]
     else:
         return None
-    return dialect_insert(jobs).on_conflict_do_nothing(index_elements=["name"]).returning(jobs.c.name, jobs.c.seq)
+    return (
+        dialect_insert(jobs)
+        .on_conflict_do_nothing(index_elements=["name"], index_where=text(_ACTIVE_SQL))
+        .returning(jobs.c.name, jobs.c.seq)
+    )
 
 
 _INSERT_EVENT = insert(events)
 
 
 class DuplicateJob(ValueError):
-    pass
+    """A run of that name is active (pending or running)."""
 
 
 class RejectedJob(ValueError):
@@ -233,6 +258,7 @@ class JobRow:
 class EventRow:
     id: int
     job: str
+    run: int | None
     time: float
     type: str
     reason: str
@@ -245,7 +271,8 @@ class Store:
     committed together (group commit): one transaction, one sync, for a batch of jobs.
 
     ``failing`` says why the last write failed for a fault of the store (None once a write commits again);
-    ``created`` whether this Store made the tables (a new store)."""
+    ``created`` whether this Store made the tables (a new store); ``migrated`` what opening it changed in an
+    older store's schema."""
 
     def __init__(self, url: str, *, synchronous: str = "NORMAL") -> None:
         self.url = url
@@ -260,6 +287,9 @@ class Store:
             _sqlite_setup(self.reader, synchronous, immediate=False)
         self.created = not sa_inspect(self.engine).has_table("jobs")
         metadata.create_all(self.engine)
+        self.migrated = [] if self.created else _migrate(self.engine)  # what was changed in an older store
+        for step in self.migrated:
+            log.warning("store %s migrated: %s", self.location, step)
         if self.created:  # marks the store as rackscale's (and when it began)
             stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             with self.engine.begin() as c:
@@ -323,8 +353,9 @@ class Store:
         return w.future
 
     def cancel(self, name: str, now: float) -> JobRow | None:
-        """Cancel a queued or running job. Returns the row after (unchanged if the job had already ended).
-        Raises StoreUnavailable when the store cannot write (then nothing changed)."""
+        """Cancel the active run of ``name``. Returns its row after, or the latest run unchanged if none is
+        active (None: no such name). Raises StoreUnavailable when the store cannot write (then nothing
+        changed)."""
         got: JobRow | None = self._call(lambda c: self._cancel(c, name, now))
         return got
 
@@ -368,18 +399,23 @@ class Store:
 
     @staticmethod
     def _cancel(c: Connection, name: str, now: float) -> JobRow | None:
+        active = c.execute(
+            select(jobs.c.seq).where(and_(jobs.c.name == name, jobs.c.status.in_(ACTIVE))).with_for_update()
+        ).scalar_one_or_none()
+        if active is None:
+            got = c.execute(_latest_run(name)).mappings().first()
+            return _row(got) if got is not None else None
+        message = "cancelled by a user"
         c.execute(
             update(jobs)
-            .where(and_(jobs.c.name == name, jobs.c.status.in_(ACTIVE)))
-            .values(status=CANCELLED, ended=now, reason="Cancelled", message="cancelled by a user")
+            .where(jobs.c.seq == active)
+            .values(status=CANCELLED, ended=now, reason="Cancelled", message=message)
         )
-        got = c.execute(select(jobs).where(jobs.c.name == name)).mappings().first()
-        if got is not None and got["status"] == CANCELLED and got["ended"] == now:
-            c.execute(
-                _INSERT_EVENT,
-                {"job": name, "time": now, "type": CANCELLED, "reason": "Cancelled", "message": "cancelled by a user"},
-            )
-        return _row(got) if got is not None else None
+        c.execute(
+            _INSERT_EVENT,
+            {"job": name, "run": active, "time": now, "type": CANCELLED, "reason": "Cancelled", "message": message},
+        )
+        return _row(c.execute(select(jobs).where(jobs.c.seq == active)).mappings().one())
 
     # ------------------------------------------------------------------ the writer thread
     def _write_loop(self) -> None:
@@ -442,7 +478,7 @@ class Store:
             self.write_error = None
 
     def _insert_many(self, writes: list[_Write]) -> None:
-        """One transaction for a batch of new jobs. A name already taken (or twice in the batch) makes that
+        """One transaction for a batch of new jobs. A name an active run holds (or twice in the batch) makes that
         job's future raise DuplicateJob; the others commit. If the batch fails for one bad row (a value the
         database refuses), each job is tried again alone: only the bad one fails, with RejectedJob. If it
         fails for a fault of the store, every job of it gets StoreUnavailable."""
@@ -452,8 +488,11 @@ class Store:
                 if self._insert_new is not None:  # INSERT .. ON CONFLICT DO NOTHING RETURNING: one statement
                     got = dict(c.execute(self._insert_new, rows).all())
                 else:
+                    names = [r["name"] for r in rows]
                     taken = set(
-                        c.execute(select(jobs.c.name).where(jobs.c.name.in_([r["name"] for r in rows]))).scalars()
+                        c.execute(
+                            select(jobs.c.name).where(and_(jobs.c.name.in_(names), jobs.c.status.in_(ACTIVE)))
+                        ).scalars()
                     )
                     fresh = [r for r in dict((r["name"], r) for r in reversed(rows)).values() if r["name"] not in taken]
                     got = dict(c.execute(_INSERT_RETURNING, fresh).all()) if fresh else {}
@@ -496,9 +535,20 @@ class Store:
         known = [t for t in times if t is not None]
         return max(known) if known else None
 
-    def get(self, name: str) -> JobRow | None:
-        got = self._fetch(select(jobs).where(jobs.c.name == name).limit(1))
+    def get(self, name: str, *, run: int | None = None) -> JobRow | None:
+        """The latest run of ``name`` (the active one, if any: it is always the latest), or its run ``run``."""
+        q = _latest_run(name) if run is None else select(jobs).where(and_(jobs.c.name == name, jobs.c.seq == run))
+        got = self._fetch(q)
         return _row(got[0]) if got else None
+
+    def earlier_runs(self, name: str, before: int, *, limit: int = 5) -> tuple[int, list[JobRow]]:
+        """How many runs of ``name`` came before run ``before``, and the last ``limit`` of them, latest first."""
+        where = and_(jobs.c.name == name, jobs.c.seq < before)
+        counted = self._fetch(select(func.count().label("n")).select_from(jobs).where(where))
+        n = int(counted[0]["n"]) if counted else 0
+        if n == 0:
+            return 0, []
+        return n, [_row(m) for m in self._fetch(select(jobs).where(where).order_by(jobs.c.seq.desc()).limit(limit))]
 
     def _fetch(self, q: Any) -> list[Any]:
         """The rows of ``q`` (as mappings). SQLite keeps whatever bytes it is given as text; one value that is
@@ -537,15 +587,21 @@ class Store:
             q = q.where(jobs.c.kind == kind)
         return [_row(m) for m in self._fetch(q)]
 
-    def events(self, name: str, *, limit: int = 200) -> list[EventRow]:
-        """The job's events, oldest first (the last ``limit``). The first, ``submitted``, is the job row's
-        own submission time: not stored twice, so a submission costs one INSERT."""
-        q = select(events).where(events.c.job == name).order_by(events.c.id.desc()).limit(limit)
+    def events(self, name: str, *, limit: int = 200, run: int | None = None) -> list[EventRow]:
+        """The events of the latest run of ``name`` (or of its run ``run``), oldest first (the last
+        ``limit``); those of its earlier runs are theirs. The first, ``submitted``, is the run's own
+        submission time: not stored twice, so a submission costs one INSERT."""
+        if run is None:
+            latest = self._fetch(select(jobs.c.seq).where(jobs.c.name == name).order_by(jobs.c.seq.desc()).limit(1))
+            if not latest:
+                return []
+            run = int(latest[0]["seq"])
+        q = select(events).where(events.c.run == run).order_by(events.c.id.desc()).limit(limit)
         rows = [EventRow(**_repaired(m, _EVENT_TEXT)[0]) for m in self._fetch(q)]
-        got = self._fetch(select(jobs.c.submitted, jobs.c.queue).where(jobs.c.name == name).limit(1))
+        got = self._fetch(select(jobs.c.submitted, jobs.c.queue).where(and_(jobs.c.seq == run, jobs.c.name == name)))
         if got and len(rows) < limit:
             job, _ = _repaired(got[0], ("queue",))
-            rows.append(EventRow(0, name, job["submitted"], "submitted", "Submitted", f"queued in {job['queue']}"))
+            rows.append(EventRow(0, name, run, job["submitted"], "submitted", "Submitted", f"queued in {job['queue']}"))
         return rows[::-1]
 
     def count_by_queue(self, statuses: Iterable[str]) -> dict[str, dict[str, int]]:
@@ -568,14 +624,19 @@ class Store:
         return {_fixed_text(m["status"]): int(m["count"]) for m in self._fetch(q)}
 
     def check(self) -> list[str]:
-        """Integrity problems in the store (empty when consistent): records that do not decode, running jobs
-        without a placement, and GPUs held by two running jobs."""
+        """Integrity problems in the store (empty when consistent): records that do not decode, a name with
+        more than one active run, running jobs without a placement, and GPUs held by two running jobs."""
         problems: list[str] = []
         held: dict[tuple[int, int], str] = {}
+        active: dict[str, int] = {}
         for r in self.jobs(limit=10**9):
             if r.corrupt is not None:
                 problems.append(f"{r.name}: the stored record is corrupt: {r.corrupt}")
                 continue
+            if r.status in ACTIVE:
+                if r.name in active:
+                    problems.append(f"{r.name}: two active runs (seq {active[r.name]} and {r.seq})")
+                active.setdefault(r.name, r.seq)
             if r.status != RUNNING:
                 continue
             if r.placement is None:
@@ -608,7 +669,15 @@ class _Write:
 
 def _apply(c: Connection, changes: Sequence[Change]) -> set[str]:
     names = sorted({ch.job for ch in changes})
-    status = dict(c.execute(select(jobs.c.name, jobs.c.status).where(jobs.c.name.in_(names)).with_for_update()).all())
+    # The active run of each name (at most one): a change applies to it, and only to the run it was decided
+    # for (``Change.run``; 0: whichever is active), never to a newer run of the same name.
+    active = c.execute(
+        select(jobs.c.name, jobs.c.seq, jobs.c.status)
+        .where(and_(jobs.c.name.in_(names), jobs.c.status.in_(ACTIVE)))
+        .with_for_update()
+    ).all()
+    run_of: dict[str, int] = {name: seq for name, seq, _ in active}
+    status: dict[int, str] = {seq: st for _, seq, st in active}
     rejected: set[str] = set()
     groups: dict[str, list[dict[str, Any]]] = {}
     touched: set[str] = set()
@@ -622,25 +691,30 @@ def _apply(c: Connection, changes: Sequence[Change]) -> set[str]:
 
     for ch in changes:
         allowed, to = _TRANSITIONS[ch.type]
-        now_status = status.get(ch.job)
-        if now_status not in allowed:
+        seq = run_of.get(ch.job)
+        if ch.run and seq != ch.run:
+            seq = None  # its run has ended meanwhile (a newer run of the name may be active)
+        now_status = status.get(seq) if seq is not None else None
+        if seq is None or now_status not in allowed:
             rejected.add(ch.job)
             continue
         if to is not None:
-            status[ch.job] = to
+            status[seq] = to
         if ch.job in touched:
             flush()  # a second change to one job in this batch: keep their order
         touched.add(ch.job)
-        groups.setdefault(ch.type, []).append(_params(ch, to or now_status or PENDING))
-        logged.append({"job": ch.job, "time": ch.time, "type": ch.type, "reason": ch.reason, "message": ch.message})
+        groups.setdefault(ch.type, []).append(_params(ch, seq, to or now_status or PENDING))
+        logged.append(
+            {"job": ch.job, "run": seq, "time": ch.time, "type": ch.type, "reason": ch.reason, "message": ch.message}
+        )
     flush()
     if logged:
         c.execute(_INSERT_EVENT, logged)
     return rejected
 
 
-def _params(ch: Change, status: str) -> dict[str, Any]:
-    p: dict[str, Any] = {"b_name": ch.job, "b_status": status, "b_reason": ch.reason[:64], "b_message": ch.message}
+def _params(ch: Change, seq: int, status: str) -> dict[str, Any]:
+    p: dict[str, Any] = {"b_seq": seq, "b_status": status, "b_reason": ch.reason[:64], "b_message": ch.message}
     if ch.type == SCHEDULED:
         p["b_time"] = ch.time
         p["b_placement"] = encode_placement(ch.placement) if ch.placement is not None else None
@@ -653,7 +727,7 @@ def _params(ch: Change, status: str) -> dict[str, Any]:
 def _update(**values: Any) -> Any:
     return (
         update(jobs)
-        .where(jobs.c.name == bindparam("b_name"))
+        .where(jobs.c.seq == bindparam("b_seq"))
         .values(status=bindparam("b_status"), reason=bindparam("b_reason"), message=bindparam("b_message"), **values)
     )
 
@@ -667,6 +741,61 @@ _UPDATES = {
     FAILED: _update(**_ENDED),
     WAITING: _update(),
 }
+
+
+def _latest_run(name: str) -> Any:
+    return select(jobs).where(jobs.c.name == name).order_by(jobs.c.seq.desc()).limit(1)
+
+
+def _migrate(engine: Engine) -> list[str]:
+    """Bring an older store to this schema, in one transaction; what it did (nothing for a current store,
+    which it only reads). Older stores kept a name unique over every row, and keyed events by name:
+
+    - the unique constraint on ``jobs.name`` goes (PostgreSQL drops it; SQLite cannot drop a constraint,
+      so the table is rebuilt: created anew, rows copied with their seq, the old one dropped), and the
+      partial unique index over the active runs takes its place;
+    - ``events.run`` is added and filled from the job of the same name (unique then: exactly its run)."""
+    insp = sa_inspect(engine)
+    event_cols = {col["name"] for col in insp.get_columns("events")}
+    unique = [u for u in insp.get_unique_constraints("jobs") if list(u["column_names"]) == ["name"]]
+    have = {i["name"] for i in insp.get_indexes("jobs")} | {i["name"] for i in insp.get_indexes("events")}
+    missing = [ix for t in (jobs, events) for ix in t.indexes if ix.name not in have]
+    if "run" in event_cols and not unique and not missing:
+        return []
+    done: list[str] = []
+    with engine.begin() as c:
+        if "run" not in event_cols:
+            c.exec_driver_sql("ALTER TABLE events ADD COLUMN run INTEGER")
+            filled = c.execute(
+                update(events)
+                .where(events.c.run.is_(None))
+                .values(run=select(jobs.c.seq).where(jobs.c.name == events.c.job).scalar_subquery())
+            ).rowcount
+            done.append(f"events now belong to a job's run (events.run added, {filled} event(s) filled by job name)")
+        if unique:
+            if engine.dialect.name == "sqlite":
+                _rebuild_jobs_sqlite(c)
+            else:
+                quote = c.dialect.identifier_preparer.quote
+                for u in unique:
+                    c.exec_driver_sql(f"ALTER TABLE jobs DROP CONSTRAINT {quote(u['name'] or 'jobs_name_key')}")
+            done.append("a job's name is now unique among its active runs only (an ended job's name can be reused)")
+        for t in (jobs, events):
+            for ix in t.indexes:
+                ix.create(c, checkfirst=True)
+    return done
+
+
+def _rebuild_jobs_sqlite(c: Connection) -> None:
+    """SQLite's way to drop a constraint: a new table of this schema, the rows copied (seq kept), the old
+    table dropped (its indexes with it) and the new one renamed; the caller creates the indexes."""
+    old_cols = [r[1] for r in c.exec_driver_sql("PRAGMA table_info(jobs)").all()]
+    cols = ", ".join(f'"{col.name}"' for col in jobs.columns if col.name in old_cols)
+    new = jobs.to_metadata(MetaData(), name="jobs_migrating")
+    c.execute(CreateTable(new))
+    c.exec_driver_sql(f"INSERT INTO jobs_migrating ({cols}) SELECT {cols} FROM jobs")
+    c.exec_driver_sql("DROP TABLE jobs")
+    c.exec_driver_sql("ALTER TABLE jobs_migrating RENAME TO jobs")
 
 
 def encode_placement(p: Placement) -> str:

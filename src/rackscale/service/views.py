@@ -4,6 +4,7 @@ from the store and the live cluster. JSON keys are camelCase, like the job specs
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -11,6 +12,7 @@ from pydantic.alias_generators import to_camel
 
 from rackscale.model.placement import Placement
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
+from rackscale.scheduler.status import Status, relative
 from rackscale.service.auth import Principal
 from rackscale.service.live import LiveCluster
 from rackscale.service.store import EventRow, JobRow
@@ -33,6 +35,16 @@ class PlacementOut(_Out):
     gpus: float
 
 
+class RunOut(_Out):
+    """An earlier run of a job's name (every submission of a name is a run; an ended one's name is free)."""
+
+    run: int
+    status: str
+    reason: str
+    submitted: float
+    ended: float | None = None
+
+
 class JobOut(_Out):
     name: str
     queue: str
@@ -49,6 +61,13 @@ class JobOut(_Out):
     restarts: int = 0
     placement: PlacementOut | None = None
     spec: dict[str, Any]
+    # The store's id of this run (every submission is one; it grows with each): pass as ?run= for this run
+    # once its name has been submitted again.
+    run: int | None = None
+    # GET /v1/jobs/NAME only (else null): how many runs of the name ended before this one, and the latest
+    # of them (at most 5, the latest first).
+    earlier_run_count: int | None = None
+    earlier_runs: list[RunOut] | None = None
 
 
 class JobList(_Out):
@@ -66,6 +85,7 @@ class EventOut(_Out):
 class EventList(_Out):
     job: str
     items: list[EventOut]
+    run: int | None = None  # the run they belong to (the latest run of the name unless ?run= asked)
 
 
 class GpuOut(_Out):
@@ -132,7 +152,7 @@ class KpisOut(_Out):
     gpus_failed: int
     allocation_ratio: float  # allocated / available GPU-seconds since the service started
     idle_rate: float  # idle while work waited / available GPU-seconds of those periods (DESIGN section 5)
-    intra_rack_traffic_share: float  # NVLink bytes / all bytes
+    intra_rack_traffic_share: float | None  # NVLink bytes / all bytes; None before any byte moved
     traffic_bytes: dict[str, float]
     completed: int
     failed: int
@@ -186,8 +206,21 @@ def placement_out(cluster: GPUCluster, p: Placement) -> PlacementOut:
     return PlacementOut(racks=racks, nodes=nodes, gpus=p.gpu_milli / MILLI_PER_GPU)
 
 
-def job_out(cluster: GPUCluster, row: JobRow, *, why: tuple[str, str] | None = None) -> JobOut:
-    reason, message = why if why is not None and row.status == "pending" else (row.reason, row.message)
+def job_out(
+    cluster: GPUCluster,
+    row: JobRow,
+    *,
+    why: Status | None = None,
+    now: float | None = None,
+    earlier: tuple[int, list[JobRow]] | None = None,
+) -> JobOut:
+    """``why``: the live reason of a pending job (else the stored one is shown); its time, if it has one, is
+    said as a clock time of the service clock, in UTC, and from ``now`` ("from 14:05 UTC, in 2 h 10 min").
+    ``earlier``: the count and latest rows of the name's earlier runs (``Store.earlier_runs``)."""
+    reason, message = row.reason, row.message
+    if why is not None and row.status == "pending":
+        reason = why.reason.value
+        message = why.text((lambda at: f"from {say_time(at, now)}") if now is not None else None)
     return JobOut(
         name=row.name,
         queue=row.queue,
@@ -204,7 +237,31 @@ def job_out(cluster: GPUCluster, row: JobRow, *, why: tuple[str, str] | None = N
         restarts=row.restarts,
         placement=placement_out(cluster, row.placement) if row.placement is not None else None,
         spec=row.doc,
+        run=row.seq,
+        earlier_run_count=earlier[0] if earlier is not None else None,
+        earlier_runs=[
+            RunOut(run=r.seq, status=r.status, reason=r.reason, submitted=r.submitted, ended=r.ended)
+            for r in earlier[1]
+        ]
+        if earlier is not None
+        else None,
     )
+
+
+def clock_time(at: float, now: float) -> str:
+    """A time of the service clock (Unix seconds) as a UTC clock time: ``14:05 UTC`` on ``now``'s UTC day,
+    ``2026-12-01 14:05 UTC`` on another; a time no calendar holds as seconds."""
+    try:
+        t = datetime.fromtimestamp(at, tz=UTC)
+        day = datetime.fromtimestamp(now, tz=UTC).date()
+    except (OverflowError, OSError, ValueError):
+        return f"{at:.0f} s"
+    return t.strftime("%H:%M UTC" if t.date() == day else "%Y-%m-%d %H:%M UTC")
+
+
+def say_time(at: float, now: float | None) -> str:
+    """``14:05 UTC, in 2 h 10 min`` (or ``..., 5 min ago``): the clock time and how far it is from ``now``."""
+    return clock_time(at, at if now is None else now) + ("" if now is None else f", {relative(at, now)}")
 
 
 def event_out(e: EventRow) -> EventOut:
@@ -337,7 +394,7 @@ def kpis_out(live: LiveCluster, now: float) -> KpisOut:
         idle_rate=kpi.idle_waiting_gpu_s / kpi.available_while_waiting_gpu_s
         if kpi.available_while_waiting_gpu_s
         else 0.0,
-        intra_rack_traffic_share=kpi.bytes_nvlink / moved if moved else 1.0,
+        intra_rack_traffic_share=kpi.bytes_nvlink / moved if moved else None,
         traffic_bytes={"nvlink": kpi.bytes_nvlink, "rdma": kpi.bytes_rdma, "backbone": kpi.bytes_backbone},
         completed=k.completed,
         failed=k.failed,
