@@ -1,7 +1,8 @@
 """The web dashboard at ``/``, in a real headless Chromium (Playwright, sync API) against the real service.
 
 Chromium and Playwright are required, never skipped: without them these tests fail and say what to install.
-Screenshots land in /tmp/rackscale-web.png and /tmp/rackscale-web-big.png (look at them after a change).
+Screenshots land in /tmp/rackscale-web*.png (look at them after a change): the 2-rack page with a job open,
+120 racks, and the loading, empty, full and error states.
 """
 
 from __future__ import annotations
@@ -38,6 +39,17 @@ INSTALL_HINT = (
 )
 SHOT = Path("/tmp/rackscale-web.png")
 SHOT_BIG = Path("/tmp/rackscale-web-big.png")
+SHOT_LOADING = Path("/tmp/rackscale-web-loading.png")
+SHOT_EMPTY = Path("/tmp/rackscale-web-empty.png")
+SHOT_FULL = Path("/tmp/rackscale-web-full.png")
+SHOT_REFUSED = Path("/tmp/rackscale-web-error-token.png")
+SHOT_UNREACHABLE = Path("/tmp/rackscale-web-error-unreachable.png")
+# The browser runs in a zone that is not UTC, with a locale whose own time format is 12-hour ("2:05:09 PM"):
+# the page must still write every time 24-hour, with the zone named.
+ZONE = "America/New_York"
+ZONE_RE = r"UTC-0[45]:00"  # New York's offset, winter or summer
+STAMP_RE = rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d {ZONE_RE}"
+TIME_RE = rf"\d\d:\d\d:\d\d {ZONE_RE}"
 ADMIN = "admin-token-0123456789abcdef"
 TEAM_A = "team-a-token-0123456789abcdef"
 
@@ -67,7 +79,7 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    ctx = browser.new_context(viewport={"width": 1440, "height": 900})
+    ctx = browser.new_context(viewport={"width": 1440, "height": 900}, timezone_id=ZONE, locale="en-US")
     pg = ctx.new_page()
     pg.set_default_timeout(10_000)
     errors: list[str] = []
@@ -266,6 +278,7 @@ def test_with_auth_the_page_asks_for_a_token_and_then_works(tmp_path: Path, page
     )
     with serve_in_thread(cfg) as live:
         submit(live.client(TEAM_A), name="mine", kind="training", gpus=4)
+        submit(live.client(ADMIN), name="theirs", kind="training", gpus=4)  # not team-a's: a grey "other"
         with httpx.Client(base_url=live.url) as anon:
             assert anon.get("/").status_code == 200  # the page itself is public; its data is not
             assert anon.get("/v1/ui/overview").status_code == 401
@@ -283,6 +296,12 @@ def test_with_auth_the_page_asks_for_a_token_and_then_works(tmp_path: Path, page
         page.wait_for_selector(".rack[data-rack=r000]")
         page.wait_for_selector("#running tr[data-job=mine]")
         assert page.evaluate("sessionStorage.getItem('rackscale.token')") == TEAM_A
+        # Another tenant's GPUs: used, in a neutral grey (no job colour, no name), and said so in the legend.
+        other = ".gpu[data-job='(another tenant)']"
+        page.wait_for_selector(other)
+        assert cells(page, other) == 4 and cells(page, ".gpu[data-job=theirs]") == 0
+        assert page.eval_on_selector(other, "e => getComputedStyle(e).backgroundColor") == "rgb(156, 163, 175)"
+        assert page.is_visible("#legend-tenant")
 
         # The token stays for this tab: a reload does not ask again.
         page.reload()
@@ -292,6 +311,252 @@ def test_with_auth_the_page_asks_for_a_token_and_then_works(tmp_path: Path, page
         # Forgetting it brings the prompt back.
         page.click("#signout")
         page.wait_for_selector("#login:not([hidden])")
+
+
+# ---------------------------------------------------------------------- loading, empty, error
+def test_before_the_first_answer_the_page_says_it_is_loading_then_shows_the_empty_cluster(
+    service: LiveService, page: Any
+) -> None:
+    held: list[Any] = []  # the API's answers, held back: the page has nothing to show yet
+    released = False
+
+    def hold(route: Any) -> None:
+        if released:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route("**/v1/**", hold)
+    page.goto(service.url + f"/#token={service.admin_token}")
+    page.wait_for_selector("#state[data-kind=loading] .spinner")
+    wait_for(lambda: page.wait_for_timeout(20) or len(held) >= 5, timeout=5, what="the page's first requests")
+    assert page.get_attribute("body", "data-state") == "loading"
+    assert "Loading" in page.inner_text("#state-title")
+    assert page.is_hidden("#kpis") and page.is_hidden("main")
+    text = page.inner_text("body")
+    for said in ("no job is waiting", "nothing is running", "no job has ended", "0 / 144"):
+        assert said not in text, f"{said!r} before any answer"
+    page.screenshot(path=str(SHOT_LOADING))
+
+    released = True
+    for route in held:
+        route.continue_()
+    page.unroute("**/v1/**")
+    page.wait_for_selector("body.loaded[data-state=ready]")
+    assert page.is_hidden("#state")
+    # The empty cluster, now that the service said so.
+    page.wait_for_selector("#queue-empty:text-is('no job is waiting')")
+    assert page.inner_text("#running-empty") == "nothing is running"
+    assert page.inner_text("#history-empty") == "no job has ended yet"
+    assert cells(page, ".gpu") == 144 and cells(page, ".gpu[data-job]") == 0
+
+    # The two allocation cards say which is now and which is since the start, with their definitions.
+    assert page.text_content("[data-kpi=gpusAllocated] .label") == "GPUs in use now"
+    assert page.inner_text("[data-kpi=gpusAllocated] .value").replace(" ", "") == "0/144"
+    assert page.text_content("[data-kpi=allocationRatio] .label") == "Allocation since start"
+    assert re.fullmatch(r"\d+\.\d%", page.inner_text("[data-kpi=allocationRatio] .value"))
+    now_help = str(page.get_attribute("[data-kpi=gpusAllocated]", "title"))
+    ratio_help = str(page.get_attribute("[data-kpi=allocationRatio]", "title"))
+    assert "at this instant" in now_help
+    assert "allocated GPU-seconds / available GPU-seconds" in ratio_help and "since the service started" in ratio_help
+    labels = page.eval_on_selector_all(".kpi .label", "els => els.map(e => e.textContent)")
+    assert sum("llocat" in x for x in labels) == 1, labels  # one card says "allocation"; the other "in use"
+
+    # The clocks: 24-hour, the browser's zone named, in the header and the live indicator.
+    assert re.search(rf"clock {STAMP_RE}", page.inner_text("#cluster-info")), page.inner_text("#cluster-info")
+    assert re.fullmatch(rf"live · {TIME_RE}", page.inner_text("#live-text")), page.inner_text("#live-text")
+    assert not re.search(r"\b[AP]M\b", page.inner_text("body"))
+    page.screenshot(path=str(SHOT_EMPTY))
+
+
+def test_a_refused_token_and_an_unreachable_service_are_said_so(service: LiveService, page: Any) -> None:
+    page.goto(service.url + "/#token=not-the-token")
+    page.wait_for_selector("#state[data-kind=refused]")
+    assert page.get_attribute("body", "data-state") == "refused"
+    assert page.inner_text("#state-title") == "The service refused the token"
+    assert "unknown token" in page.inner_text("#state-text")
+    assert page.is_visible("#login") and "refused" in page.inner_text("#login-error")
+    assert page.is_hidden("#kpis") and cells(page, ".gpu") == 0
+    page.screenshot(path=str(SHOT_REFUSED))
+    page.fill("#token", str(service.admin_token))
+    page.click("#login-go")
+    page.wait_for_selector("body.loaded .rack[data-rack=r000]")
+
+    # The service goes away after the page had data: a banner over the last data, the live dot red.
+    page.route("**/v1/**", lambda route: route.abort())
+    page.wait_for_selector("#banner:not([hidden]):text-matches('cannot be reached')")
+    assert re.search(rf"Showing the data of {TIME_RE}", page.inner_text("#banner"))
+    assert "down" in str(page.get_attribute("#live", "class"))
+    assert cells(page, ".gpu") == 144  # still drawn
+    page.unroute("**/v1/**")
+    page.wait_for_selector("#banner", state="hidden")
+
+    # ... and before it had any: the error state, no empty lists.
+    page.route("**/v1/**", lambda route: route.abort())
+    page.reload()
+    page.wait_for_selector("#state[data-kind=unreachable]")
+    assert page.inner_text("#state-title") == "The service cannot be reached"
+    assert "retrying" in page.inner_text("#state-text").lower()
+    assert page.is_hidden("#kpis") and page.is_hidden("main")
+    assert "nothing is running" not in page.inner_text("body")
+    page.screenshot(path=str(SHOT_UNREACHABLE))
+    page.unroute("**/v1/**")
+    page.wait_for_selector("body.loaded[data-state=ready] .rack[data-rack=r000]")
+
+
+# ---------------------------------------------------------------------- colours, history, the full page
+def _rgb(css: str) -> tuple[float, float, float]:
+    m = re.fullmatch(r"rgba?\((\d+), (\d+), (\d+)(?:, [\d.]+)?\)", css)
+    assert m, css
+    return float(m[1]), float(m[2]), float(m[3])
+
+
+def delta_e(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
+    """CIE76 colour difference (Euclidean in CIELAB, D65): about 2.3 is just noticeable; over 25, clearly
+    different colours."""
+
+    def lab(rgb: tuple[float, float, float]) -> tuple[float, float, float]:
+        lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in (x / 255 for x in rgb)]
+        r, g, b = lin
+        xyz = (
+            (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047,
+            0.2126 * r + 0.7152 * g + 0.0722 * b,
+            (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883,
+        )
+        f = [v ** (1 / 3) if v > 0.008856 else 7.787 * v + 16 / 116 for v in xyz]
+        return 116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+
+    return float(sum((x - y) ** 2 for x, y in zip(lab(a), lab(b), strict=True)) ** 0.5)
+
+
+GRID_CELLS_JS = """() => [...document.querySelectorAll('.gpu')].map(e => [
+    e.closest('.rack').dataset.rack, +e.style.gridColumnStart, +e.style.gridRowStart, e.dataset.job || '',
+    e.classList.contains('shared'), getComputedStyle(e).backgroundColor])"""
+
+
+def test_adjacent_jobs_differ_in_colour_and_ended_jobs_stay_listed(service: LiveService, page: Any) -> None:
+    c = service.client()
+    names = [f"j{i:02d}" for i in range(10)]
+    for n in names:
+        submit(c, name=n, kind="training", gpus=4)  # a node each: side by side on a grid
+    for n in ("half-a", "half-b", "half-c"):
+        submit(c, name=n, kind="batch", gpus=2)  # two GPUs each: one above the other
+    for n in [*names, "half-a", "half-b", "half-c"]:
+        running(c, n)
+    page.goto(service.url + f"/#token={service.admin_token}")
+    page.wait_for_function("() => document.querySelectorAll('.gpu[data-job]').length === 46")
+
+    got = page.evaluate(GRID_CELLS_JS)
+    at = {(rack, col, row): (job, shared, _rgb(bg)) for rack, col, row, job, shared, bg in got}
+    free = next(rgb for job, _, rgb in at.values() if not job)
+    by_job: dict[str, set[tuple[float, float, float]]] = {}
+    for job, shared, rgb in at.values():
+        if job and not shared:
+            by_job.setdefault(job, set()).add(rgb)
+    assert all(len(v) == 1 for v in by_job.values()), by_job  # one colour per job, on every one of its GPUs
+    pairs: dict[tuple[str, str], float] = {}
+    for (rack, col, row), (job, shared, rgb) in at.items():
+        for nxt in ((rack, col + 1, row), (rack, col, row + 1)):  # the node to the right, the GPU below
+            if nxt not in at or shared:
+                continue
+            other, other_shared, other_rgb = at[nxt]
+            if job and other and job != other and not other_shared:
+                pairs[(min(job, other), max(job, other))] = delta_e(rgb, other_rgb)
+    assert len(pairs) >= 10, pairs  # the jobs do touch: side by side and one above the other
+    worst = min(pairs.items(), key=lambda kv: kv[1])
+    assert worst[1] >= 25, f"adjacent jobs {worst[0]} look alike: ΔE {worst[1]:.1f} (all: {pairs})"
+    for job, (rgb,) in by_job.items():
+        assert delta_e(rgb, free) >= 25, f"{job} looks like a free GPU"
+        assert delta_e(rgb, _rgb("rgb(220, 38, 38)")) >= 25, f"{job} looks like a failed GPU"
+
+    # A cancel and a completion: both listed under "Recently ended", newest end first, with the reason,
+    # the end time and how long each ran.
+    cancelled = c.delete("/v1/jobs/j03")
+    assert cancelled.status_code == 200, cancelled.text
+    submit(c, name="short-1", kind="training", gpus=1, durationEstimateSeconds=30)
+    done = wait_for(
+        lambda: (j := c.get("/v1/jobs/short-1").json())["status"] == "completed" and j, timeout=10, what="short-1"
+    )
+    assert isinstance(done, dict)
+    page.wait_for_selector("#history tr[data-job=short-1]")
+    page.wait_for_selector("#history tr[data-job=j03]")
+    rows = page.eval_on_selector_all(
+        "#history tbody tr", "rs => rs.map(r => [r.dataset.job, ...[...r.cells].map(td => td.innerText.trim())])"
+    )
+    assert [r[0] for r in rows] == ["short-1", "j03"], rows
+    (_, _, status, reason, ended, ran), (_, _, status3, reason3, ended3, ran3) = rows
+    assert status == "completed" and reason.startswith("Completed")
+    assert status3 == "cancelled" and reason3.startswith("Cancelled") and "cancelled by a user" in reason3
+    for t in (ended, ended3):
+        assert re.fullmatch(rf"{TIME_RE}|{STAMP_RE}", t), t
+    for r in (ran, ran3):
+        assert re.fullmatch(r"\d+s|\d+m \d+s|\d+h \d+m|\d+d \d+h", r), r
+    assert page.is_hidden("#history-empty")
+    assert cells(page, ".gpu[data-job=j03]") == 0
+
+    # The details of an ended job: its times in the same format, and how long it ran.
+    page.click("#history tr[data-job=short-1]")
+    page.wait_for_selector("#details [data-field=status]:text-is('completed')")
+    details = page.inner_text("#d-body")
+    for field in ("submitted", "started", "ended"):
+        assert re.search(rf"{field}\s+{STAMP_RE} \(", details), (field, details)
+    assert re.search(r"ran for\s+\d", details)
+    assert "none" in str(page.get_attribute("#d-swatch", "class"))  # it holds no GPU: no colour to match
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#details", state="hidden")
+
+    # The full page: jobs on the grids, a queue, running jobs, history.
+    submit(c, name="huge-z", kind="training", gpus=136)
+    page.wait_for_selector("#queue tr[data-job=huge-z] .reason")
+    assert not re.search(r"\b[AP]M\b", page.inner_text("body"))
+    page.screenshot(path=str(SHOT_FULL))
+
+
+def test_the_history_shows_the_latest_ended_jobs_without_reading_them_all(service: LiveService, page: Any) -> None:
+    c = service.client()
+    submit(c, name="old-long", kind="training", gpus=4)  # submitted first: the lowest cursor of all
+    running(c, "old-long")
+    many = [f"s{i:03d}" for i in range(70)]
+    for n in many:
+        submit(c, name=n, kind="batch", gpus=1, durationEstimateSeconds=10)
+    wait_for(
+        lambda: all(j["status"] == "completed" for j in c.get("/v1/jobs", params={"kind": "batch"}).json()["items"]),
+        timeout=15,
+        what="the short jobs to complete",
+    )
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "status=completed" in r.url else None)
+    page.goto(service.url + f"/#token={service.admin_token}")
+    page.wait_for_function("() => document.querySelectorAll('#history tbody tr').length === 20")
+    first_load = list(asked)
+    # A search over the cursor, each probe at most 40 rows; not a walk through all 70 ended jobs.
+    assert all("limit=40" in u for u in first_load), first_load
+    assert 2 <= len(first_load) <= 16, first_load
+    shown = page.eval_on_selector_all("#history tbody tr", "rs => rs.map(r => r.dataset.job)")
+    ended = {j["name"]: j["ended"] for j in c.get("/v1/jobs", params={"status": "completed"}).json()["items"]}
+    assert set(shown) <= set(many[-40:]) and many[-1] in shown, shown  # the ones submitted last
+    assert [ended[n] for n in shown] == sorted((ended[n] for n in shown), reverse=True)  # newest end first
+
+    # The job submitted first ends now: the page saw it leave the running list, so it tops the history
+    # although the cursor search starts after it.
+    assert c.delete("/v1/jobs/old-long").status_code == 200
+    page.wait_for_selector("#history tbody tr:first-child[data-job=old-long]")
+    assert cells(page, "#history tbody tr") == 20
+    polls = asked[len(first_load) :]
+    assert polls and all("limit=40" in u for u in polls)  # each later poll: one small request
+
+
+def test_the_job_palette_is_well_separated_and_neither_red_nor_grey() -> None:
+    text = (STATIC_DIR / "app.js").read_text()
+    block = re.search(r"const PALETTE = \[(.*?)\];", text, re.S)
+    assert block
+    hexes = re.findall(r'"#([0-9a-f]{6})"', block[1])
+    assert len(hexes) >= 10
+    rgbs = [(int(x[0:2], 16), int(x[2:4], 16), int(x[4:6], 16)) for x in hexes]
+    closest = min(delta_e(a, b) for i, a in enumerate(rgbs) for b in rgbs[i + 1 :])
+    assert closest >= 30, closest
+    for special in ((220, 38, 38), (156, 163, 175), (241, 243, 246)):  # failed, another tenant, free
+        assert min(delta_e(c, special) for c in rgbs) >= 30, special
 
 
 # ---------------------------------------------------------------------- the overview route, without a browser

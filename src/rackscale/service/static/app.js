@@ -1,13 +1,17 @@
 // rackscale dashboard: plain JS, no build step, nothing fetched but this service's own /v1 API.
 // It polls every POLL_MS: /v1/cluster, /v1/kpis, /v1/ui/overview (every rack's utilisation, and the grids of
-// the racks on screen), /v1/jobs (pending and running) and, while a job is open, /v1/jobs/NAME(/events).
+// the racks on screen), /v1/jobs (pending, running, and the latest ended: see "history") and, while a job is
+// open, /v1/jobs/NAME(/events).
 "use strict";
 (() => {
   const POLL_MS = 1500;
   const PAGE_SIZE = 16; // racks drawn as grids at once when the cluster is big
   const AGGREGATE_OVER = 16; // more racks than this: aggregate cells + pages of grids
   const LIST_LIMIT = 200; // jobs per list
+  const HISTORY = 20; // ended jobs shown
+  const ENDED = "completed,failed,cancelled";
   const TOKEN_KEY = "rackscale.token";
+  const OTHER_TENANT = "(another tenant)"; // the overview's name for GPUs of jobs this token may not see
 
   const $ = (id) => document.getElementById(id);
   const enc = encodeURIComponent;
@@ -32,7 +36,7 @@
   }
 
   // ------------------------------------------------------------------ formatting
-  const pct = (x) => (x * 100).toFixed(1) + "%";
+  const pct = (x) => (x === null || x === undefined ? "n/a" : (x * 100).toFixed(1) + "%");  // null: no data yet
   const gpusFmt = (x) => (Math.abs(x - Math.round(x)) < 1e-9 ? String(Math.round(x)) : x.toFixed(2));
   function dur(s) {
     if (s === null || s === undefined || !isFinite(s)) return "–";
@@ -42,34 +46,86 @@
     if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
     return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
   }
-  const stamp = (t) => new Date(t * 1000).toISOString().slice(0, 19).replace("T", " ");
 
-  // A stable colour per job name: a hash of the name picks one of these distinct colours (none red: red
-  // means failed, none grey: grey means free) and nudges its lightness, so neighbours rarely look alike.
-  const PALETTE = [
-    [212, 72, 45], [28, 90, 52], [130, 50, 40], [283, 45, 52], [174, 62, 36], [48, 88, 48],
-    [24, 38, 42], [320, 58, 55], [190, 80, 42], [78, 60, 40], [255, 55, 58], [150, 70, 32],
-    [36, 75, 38], [200, 55, 30], [300, 40, 38], [98, 45, 50], [230, 65, 35], [16, 70, 58],
-    [165, 45, 50], [268, 60, 40], [58, 70, 36], [340, 45, 42], [185, 45, 58], [112, 35, 32],
-  ];
-  const colours = new Map();
-  function jobColour(name) {
-    let c = colours.get(name);
-    if (c) return c;
-    let x = 0x811c9dc5;
-    for (let i = 0; i < name.length; i++) {
-      x ^= name.charCodeAt(i);
-      x = Math.imul(x, 0x01000193);
-    }
-    x ^= x >>> 16; x = Math.imul(x, 0x85ebca6b); x ^= x >>> 13; x = Math.imul(x, 0xc2b2ae35); x ^= x >>> 16;
-    x >>>= 0;
-    const [hue, sat, light] = PALETTE[x % PALETTE.length];
-    const nudge = (Math.floor(x / PALETTE.length) % 3) * 6 - 6;
-    c = `hsl(${hue} ${sat}% ${light + nudge}%)`;
-    colours.set(name, c);
-    return c;
+  // Times: one format everywhere, 24-hour, in the browser's zone, always named: "2025-03-04 17:05:09 UTC+01:00"
+  // ("UTC" when the offset is zero). `clock` drops the date when it is the reference time's day.
+  const pad = (n) => String(n).padStart(2, "0");
+  function zone(d) {
+    const off = -d.getTimezoneOffset();
+    if (!off) return "UTC";
+    const a = Math.abs(off);
+    return `UTC${off < 0 ? "-" : "+"}${pad(Math.floor(a / 60))}:${pad(a % 60)}`;
   }
-  const swatch = (name) => h("i", { class: "swatch", style: `background:${jobColour(name)}` });
+  const day = (d) => `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+  const hms = (d) => `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  function stamp(t) {
+    const d = new Date(t * 1000);
+    return `${day(d)} ${hms(d)} ${zone(d)}`;
+  }
+  function clock(t, ref) {
+    const d = new Date(t * 1000);
+    return ref !== undefined && day(d) === day(new Date(ref * 1000)) ? `${hms(d)} ${zone(d)}` : stamp(t);
+  }
+
+  // Job colours. Twelve hues far apart (CIE76 ΔE >= 32 between any two; none red: red means failed; none
+  // grey: grey means free, or another tenant's job). A job gets one when first drawn, chosen to differ from
+  // the jobs beside it on a grid (and sharing its GPUs); it keeps it while the page is open. When two
+  // neighbours end up alike anyway (a colour given in a list, before the job reached a grid) the younger
+  // one is given another.
+  const PALETTE = [
+    "#2f6fde", "#f28e2b", "#2ca02c", "#8e44c9", "#17becf", "#d6409f",
+    "#e8c021", "#8c5a2b", "#1d3b7a", "#b5dc5a", "#c49bf0", "#0e6e64",
+  ];
+  const TENANT_GREY = "#9ca3af";
+  const colourIx = new Map(); // job name -> [palette index, age]
+  let colourAge = 0;
+  let colourNext = 0; // rotates through the palette among equally good picks
+  let colourUse = new Array(PALETTE.length).fill(0); // how many jobs on the grids on screen use each
+
+  function pickColour(avoid) {
+    let best = -1;
+    for (let k = 0; k < PALETTE.length; k++) {
+      const i = (colourNext + k) % PALETTE.length;
+      if (avoid.has(i)) continue;
+      if (best < 0 || colourUse[i] < colourUse[best]) best = i;
+    }
+    if (best < 0) best = colourNext % PALETTE.length; // neighbours of every colour: any will do
+    colourNext = (best + 1) % PALETTE.length;
+    colourUse[best]++;
+    return best;
+  }
+  function giveColour(name, avoid) {
+    const i = pickColour(avoid);
+    colourIx.set(name, [i, colourAge++]);
+    return i;
+  }
+  function jobColour(name) {
+    if (name === OTHER_TENANT) return TENANT_GREY;
+    const got = colourIx.get(name);
+    return PALETTE[got ? got[0] : giveColour(name, new Set())];
+  }
+  // Called with the jobs on the grids on screen and which of them touch: keep each job's colour unless a
+  // neighbour that had its colour first has the same one.
+  function colourGrids(names, touching) {
+    colourUse = new Array(PALETTE.length).fill(0);
+    const age = (n) => (colourIx.has(n) ? colourIx.get(n)[1] : Infinity);
+    const order = names.filter((n) => n !== OTHER_TENANT).map((n, i) => [age(n), i, n]);
+    order.sort((x, y) => x[0] - y[0] || x[1] - y[1]);
+    const done = new Map(); // name -> palette index, this pass
+    for (const [, , n] of order) {
+      const avoid = new Set();
+      for (const m of touching.get(n) || []) if (done.has(m)) avoid.add(done.get(m));
+      const got = colourIx.get(n);
+      let i;
+      if (got && !avoid.has(got[0])) { i = got[0]; colourUse[i]++; } else i = giveColour(n, avoid);
+      done.set(n, i);
+    }
+    if (colourIx.size > 4096) { // forget jobs long gone
+      for (const n of colourIx.keys()) if (!done.has(n)) colourIx.delete(n);
+    }
+  }
+  const swatch = (name, coloured) =>
+    h("i", { class: coloured ? "swatch" : "swatch none", style: coloured ? `background:${jobColour(name)}` : null });
 
   // ------------------------------------------------------------------ the API
   // `rackscale serve` prints the page's URL as /#token=...: a fragment never reaches a server or a log.
@@ -86,27 +142,35 @@
     constructor(status, msg) { super(msg); this.status = status; }
   }
 
+  class Unreachable extends Error {}
+
   async function api(path) {
     const headers = { Accept: "application/json" };
     if (token) headers.Authorization = "Bearer " + token;
-    const r = await fetch(path, { headers, cache: "no-store" });
+    let r;
+    try {
+      r = await fetch(path, { headers, cache: "no-store" });
+    } catch (e) { // no answer at all: the service is down, or the network
+      throw new Unreachable(e && e.message ? e.message : String(e));
+    }
     let body = null;
     try { body = await r.json(); } catch (_) { /* not JSON */ }
-    if (r.status === 401) throw new AuthError((body && body.detail) || "a token is needed");
-    if (!r.ok) {
-      const d = body && body.detail;
-      throw new ApiError(r.status, typeof d === "string" ? d : `${path}: HTTP ${r.status}`);
-    }
+    const d = body && body.detail;
+    // 401: no token or an unknown one; 403 on a read: a token that may not read this (a scrape token).
+    if (r.status === 401 || r.status === 403) throw new AuthError(typeof d === "string" ? d : "a token is needed");
+    if (!r.ok) throw new ApiError(r.status, typeof d === "string" ? d : `${path}: HTTP ${r.status}`);
     return body;
   }
 
   // ------------------------------------------------------------------ state
   const S = {
+    loaded: false, // a first full answer came back (before it: the loading or error state, no empty lists)
     cluster: null,
     kpis: null,
     overview: null,
     pending: null,
     running: null,
+    ended: null, // the latest ended jobs, newest end first
     rackNames: null, // every rack's name, in cluster order (the topology does not change)
     page: 0,
     filter: "",
@@ -115,6 +179,7 @@
     job: null, // its JobOut, or an Error
     events: null,
     login: false,
+    lastOk: null, // wall-clock time of the last answer
   };
 
   function isBig() { return S.rackNames !== null && S.rackNames.length > AGGREGATE_OVER; }
@@ -134,6 +199,68 @@
     if (!isBig()) return names;
     S.page = Math.min(Math.max(S.page, 0), pageCount() - 1);
     return names.slice(S.page * PAGE_SIZE, (S.page + 1) * PAGE_SIZE);
+  }
+
+  // ------------------------------------------------------------------ history: the latest ended jobs
+  // GET /v1/jobs lists oldest first (by submission, `seq`) from a cursor `after`, and cannot list newest
+  // first. So the page looks for a cursor with between HISTORY and 2*HISTORY ended jobs after it: a galloping
+  // then binary search over `after`, each probe one request of at most 2*HISTORY rows (about 2*log2(jobs)
+  // requests, once); afterwards each poll is one request from that cursor, and the search runs again (from
+  // there) only when 2*HISTORY more jobs have ended. Those are the ended jobs submitted last; a job submitted
+  // long before them that ended recently is added when the page saw it leave the pending or running list.
+  const Hist = { after: null, seen: new Map(), active: null };
+  const endedAfter = (after) => api(`/v1/jobs?status=${ENDED}&after=${after}&limit=${2 * HISTORY}`);
+
+  async function endedTail() {
+    let lo = Hist.after === null ? 0 : Hist.after;
+    let got = await endedAfter(lo);
+    if (got.items.length < 2 * HISTORY) {
+      if (got.items.length < HISTORY && lo > 0) { Hist.after = null; return endedTail(); } // names reused: rows gone
+      Hist.after = lo;
+      return got.items;
+    }
+    // Invariant: 2*HISTORY or more ended jobs after lo, fewer than HISTORY after hi. One job less per step
+    // of the cursor: some cursor between them has HISTORY to 2*HISTORY - 1 after it.
+    let hi = null;
+    let step = 2 * HISTORY;
+    for (let probes = 0; probes < 200; probes++) {
+      const x = hi === null ? Math.min(lo + step, Number.MAX_SAFE_INTEGER) : Math.floor((lo + hi) / 2);
+      got = await endedAfter(x);
+      const n = got.items.length;
+      if (n >= 2 * HISTORY) { lo = x; step *= 2; } else if (n >= HISTORY) { Hist.after = x; return got.items; } else hi = x;
+      if (hi !== null && hi - lo <= 1) break;
+    }
+    Hist.after = lo; // not reached with a consistent store
+    return (await endedAfter(lo)).items;
+  }
+
+  // Jobs that left the pending and running lists since the last poll: ended (or cancelled) meanwhile.
+  async function justEnded(pend, run) {
+    const now = new Set([...pend.items, ...run.items].map((j) => j.name));
+    const gone = Hist.active ? [...Hist.active].filter((n) => !now.has(n)) : [];
+    Hist.active = now;
+    const got = await Promise.all(gone.slice(0, HISTORY).map((n) => api(`/v1/jobs/${enc(n)}`).catch((e) => {
+      if (e instanceof AuthError) throw e;
+      return null;
+    })));
+    return got.filter((j) => j && j.ended !== null && j.ended !== undefined);
+  }
+
+  function latestEnded(tail, fresh) {
+    for (const j of fresh) Hist.seen.set(j.name, j);
+    // One row per name: a name can be run again once its job ended; its latest ended run is shown.
+    const byName = new Map();
+    for (const j of [...Hist.seen.values(), ...tail]) {
+      if (j.ended === null || j.ended === undefined) continue;
+      const had = byName.get(j.name);
+      if (!had || j.ended >= had.ended) byName.set(j.name, j);
+    }
+    const all = [...byName.values()];
+    all.sort((a, b) => b.ended - a.ended || (a.name < b.name ? -1 : 1));
+    const out = all.slice(0, HISTORY);
+    const keep = new Set(out.map((j) => j.name));
+    for (const n of Hist.seen.keys()) if (!keep.has(n)) Hist.seen.delete(n);
+    return out;
   }
 
   // ------------------------------------------------------------------ polling
@@ -159,16 +286,19 @@
       const sel = S.selected;
       const overviewUrl = () => "/v1/ui/overview?detail=" + enc(visibleRacks().join(","));
       const asResult = (p) => p.catch((e) => { if (e instanceof AuthError) throw e; return e; });
-      const [cluster, kpis, ov, pend, run, job, events] = await Promise.all([
+      const [cluster, kpis, ov, pend, run, tail, job, events] = await Promise.all([
         api("/v1/cluster"),
         api("/v1/kpis"),
         api(overviewUrl()),
         api(`/v1/jobs?status=pending&limit=${LIST_LIMIT}`),
         api(`/v1/jobs?status=running&limit=${LIST_LIMIT}`),
+        endedTail(),
         sel ? asResult(api(`/v1/jobs/${enc(sel)}`)) : null,
         sel ? asResult(api(`/v1/jobs/${enc(sel)}/events?limit=200`)) : null,
       ]);
+      const fresh = await justEnded(pend, run);
       S.cluster = cluster; S.kpis = kpis; S.pending = pend; S.running = run;
+      S.ended = latestEnded(tail, fresh);
       if (S.rackNames === null) {
         S.rackNames = ov.racks.map((r) => r.name);
         S.overview = await api(overviewUrl()); // now that the names are known: the grids on screen
@@ -176,36 +306,71 @@
         S.overview = ov;
       }
       if (sel === S.selected) { S.job = job; S.events = events; }
+      S.lastOk = Date.now() / 1000;
+      S.loaded = true;
       setLive("live", "");
       render();
     } catch (e) {
-      if (e instanceof AuthError) { showLogin(token ? "the service refused this token: " + e.message : ""); return; }
-      setLive("down", "offline: " + e.message + " (retrying)");
+      if (e instanceof AuthError) {
+        showLogin(token ? e.message : "");
+        return;
+      }
+      if (e instanceof Unreachable) setLive("down", `no answer from ${location.host} (${e.message})`, "The service cannot be reached");
+      else setLive("down", e.message, "The service answered with an error");
     }
   }
 
-  function setLive(state, text) {
+  // The page's state: "loading" (no answer yet), "ready", "unreachable" or "refused" (before any data: a
+  // panel says so; after: a banner over the last data), "login" (no token).
+  function setState(kind, title, text) {
+    document.body.setAttribute("data-state", kind);
+    document.body.classList.toggle("loaded", S.loaded);
+    const box = $("state");
+    box.setAttribute("data-kind", kind);
+    $("state-title").textContent = title;
+    $("state-text").textContent = text;
+    box.hidden = S.loaded || kind === "ready";
+    if (!S.loaded) $("cluster-info").textContent = kind === "loading" ? "connecting…" : "not connected";
+  }
+
+  function setLive(state, text, title) {
     const live = $("live");
     live.className = "live" + (state === "live" ? "" : " " + state);
     if (state === "live") {
-      $("live-text").textContent = "live · " + new Date().toLocaleTimeString();
+      $("live-text").textContent = "live · " + clock(S.lastOk, S.lastOk);
+      $("live").title = `last answer ${stamp(S.lastOk)}; refreshes every ${POLL_MS / 1000} s`;
       $("banner").hidden = true;
+      setState("ready", "", "");
     } else {
+      const at = clock(Date.now() / 1000, Date.now() / 1000);
       $("live-text").textContent = "offline";
-      $("banner").textContent = text;
-      $("banner").hidden = false;
+      $("banner").textContent = `${title}: ${text}. Showing the data of ` +
+        `${S.lastOk ? clock(S.lastOk, Date.now() / 1000) : "–"}; retrying every ${POLL_MS / 1000} s (last try ${at}).`;
+      $("banner").hidden = !S.loaded;
+      setState("unreachable", title, `${text}. Retrying every ${POLL_MS / 1000} s (last try ${at}).`);
     }
   }
 
   // ------------------------------------------------------------------ auth
+  function forgetData() { // a new token may see less: nothing of the last one's stays on the page
+    S.loaded = false;
+    S.ended = null;
+    Hist.after = null; Hist.seen.clear(); Hist.active = null;
+    S.job = null; S.events = null;
+    renderDetails();
+  }
+
   function showLogin(error) {
     S.login = true;
+    forgetData();
     $("login").hidden = false;
     $("live").className = "live stale";
-    $("live-text").textContent = "token needed";
-    $("login-error").textContent = error || "";
+    $("live-text").textContent = error ? "token refused" : "token needed";
+    $("login-error").textContent = error ? "the service refused this token: " + error : "";
     $("token").value = "";
     $("token").focus();
+    if (error) setState("refused", "The service refused the token", `It answered "${error}". Paste a valid token to go on.`);
+    else setState("login", "This service needs a token", "Paste a token to see the cluster.");
   }
 
   $("login-form").addEventListener("submit", async (ev) => {
@@ -224,6 +389,7 @@
     S.login = false;
     $("login").hidden = true;
     $("signout").hidden = false;
+    setState("loading", "Loading the cluster…", "Asking the service for racks, jobs and KPIs.");
     tick();
   });
 
@@ -248,27 +414,49 @@
     $("cluster-info").textContent =
       `${c.name} · ${c.backend} · ${c.racks} racks · ${c.nodes} nodes · ${c.gpus} GPUs · ` +
       `clock ${stamp(c.now)}${c.speed !== 1 ? ` (×${c.speed})` : ""}`;
+    $("cluster-info").title = "the service's clock" + (c.speed !== 1 ? `, running ${c.speed} times as fast as the wall clock` : "");
     $("signout").hidden = !token;
     document.title = `rackscale · ${c.name}`;
   }
 
+  // Two kinds of figure, named apart: "now" (this instant) and "since start" (summed since the service
+  // started: DESIGN section 5). Each card's title gives its definition.
+  const KPI_HELP = {
+    gpusAllocated: "GPUs held by running jobs at this instant, of all GPUs in the cluster (a GPU shared by " +
+      "fractional jobs counts by the shares held). Failed GPUs are not in use.",
+    allocationRatio: "Allocation ratio (DESIGN section 5): allocated GPU-seconds / available GPU-seconds, summed " +
+      "since the service started. Not the share in use now: see \"GPUs in use now\".",
+    idleRate: "Idle rate (DESIGN section 5): GPU-seconds left unallocated while jobs that could use them waited, " +
+      "divided by the available GPU-seconds over the same periods, since the service started. GPUs idle " +
+      "because no work waits do not count.",
+    intraRackTrafficShare: "Intra-rack traffic share (DESIGN section 5): bytes carried on NVLink (inside a rack) " +
+      "/ all bytes moved by jobs, since the service started.",
+    pending: "Jobs waiting in the queues at this instant.",
+    running: "Jobs running at this instant.",
+    completed: "Jobs that finished successfully since the service started.",
+    failed: "Jobs that failed since the service started; preempted: jobs put back in the queue to make room " +
+      "for a more important one.",
+    costPerHour: "What the whole cluster costs per hour, in use or not (GPUs x price per GPU-hour).",
+  };
+
   function renderKpis() {
     const k = S.kpis;
     const c = S.cluster;
+    const share = k.gpus ? k.gpusAllocated / k.gpus : 0;
     const items = [
-      ["gpusAllocated", "GPUs allocated", `${gpusFmt(k.gpusAllocated)} / ${k.gpus}`, `${k.gpusFailed} failed`, k.gpus ? k.gpusAllocated / k.gpus : 0],
-      ["allocationRatio", "Allocation", pct(k.allocationRatio), "allocated / available GPU-s", k.allocationRatio],
-      ["idleRate", "Idle rate", pct(k.idleRate), "idle while work waited", k.idleRate],
-      ["intraRackTrafficShare", "Intra-rack traffic", pct(k.intraRackTrafficShare), "NVLink share of bytes", k.intraRackTrafficShare],
-      ["pending", "Pending", String(c.pending), "jobs queued", null],
-      ["running", "Running", String(c.running), "jobs", null],
-      ["completed", "Completed", String(k.completed), "since start", null],
-      ["failed", "Failed", String(k.failed), `${k.preemptionVictims} preempted`, null],
-      ["costPerHour", "Cost", `${Math.round(k.costPerHour).toLocaleString()}`, `${k.currency} per hour`, null],
+      ["gpusAllocated", "GPUs in use now", `${gpusFmt(k.gpusAllocated)} / ${k.gpus}`, `${pct(share)} of all · ${k.gpusFailed} failed`, share],
+      ["allocationRatio", "Allocation since start", pct(k.allocationRatio), "allocated / available GPU-seconds", k.allocationRatio],
+      ["idleRate", "Idle rate since start", pct(k.idleRate), "idle while work waited", k.idleRate],
+      ["intraRackTrafficShare", "Intra-rack traffic since start", pct(k.intraRackTrafficShare), "NVLink share of bytes", k.intraRackTrafficShare],
+      ["pending", "Pending now", String(c.pending), "jobs queued", null],
+      ["running", "Running now", String(c.running), "jobs", null],
+      ["completed", "Completed since start", String(k.completed), "jobs", null],
+      ["failed", "Failed since start", String(k.failed), `${k.preemptionVictims} preempted`, null],
+      ["costPerHour", "Cost", `${Math.round(k.costPerHour).toLocaleString("en")}`, `${k.currency} per hour`, null],
     ];
     const box = $("kpis");
     if (box.children.length !== items.length) {
-      box.replaceChildren(...items.map(([key]) => h("div", { class: "kpi", "data-kpi": key },
+      box.replaceChildren(...items.map(([key]) => h("div", { class: "kpi", "data-kpi": key, title: KPI_HELP[key] },
         h("div", { class: "label" }), h("div", { class: "value" }), h("div", { class: "sub" }))));
     }
     items.forEach(([, label, value, sub, bar], i) => {
@@ -293,7 +481,8 @@
     const big = isBig();
     const byName = new Map(ov.racks.map((r) => [r.name, r]));
     const visible = new Set(visibleRacks());
-    $("racks-count").textContent = `${ov.racks.length} · ${gpusFmt(ov.gpusAllocated)} of ${ov.gpus} GPUs allocated`;
+    $("racks-count").textContent = `${ov.racks.length} · ${gpusFmt(ov.gpusAllocated)} of ${ov.gpus} GPUs in use`;
+    $("legend-tenant").hidden = !ov.jobs.includes(OTHER_TENANT);
 
     // The aggregate: one cell per rack, coloured by the share of its GPUs allocated.
     $("aggregate").hidden = !big;
@@ -320,18 +509,45 @@
     const shown = ov.detail.filter((d) => visible.has(d.name));
     const selected = S.selected;
     let selectedVisible = false;
-    const roots = shown.map((d) => {
-      const r = byName.get(d.name);
-      let g = rackEls.get(d.name);
-      if (!g || g.nodes !== d.nodes.length) { g = buildRack(d); rackEls.set(d.name, g); }
-      g.stats.textContent = `${gpusFmt(r.allocated)}/${r.gpus} GPUs · ${r.jobs} job${r.jobs === 1 ? "" : "s"}` +
-        (r.failed ? ` · ${r.failed} failed` : "");
-      const held = new Map(); // "pos:gpu" -> [[job, milli], ...]
+    // Who holds each GPU ("pos:gpu" -> [[job, milli], ...]), and which jobs touch on a grid (side by side,
+    // one above the other, or sharing a GPU): those get colours apart.
+    const helds = shown.map((d) => {
+      const held = new Map();
       for (const [pos, gpu, j, milli] of d.cells) {
         const key = pos * 1024 + gpu;
         if (!held.has(key)) held.set(key, []);
         held.get(key).push([ov.jobs[j], milli]);
       }
+      return held;
+    });
+    const touching = new Map();
+    const touch = (a, b) => {
+      if (a === b) return;
+      if (!touching.has(a)) touching.set(a, new Set());
+      if (!touching.has(b)) touching.set(b, new Set());
+      touching.get(a).add(b); touching.get(b).add(a);
+    };
+    const onGrids = [];
+    const seen = new Set();
+    for (const held of helds) {
+      for (const [key, jobs] of held) {
+        for (const [j] of jobs) if (!seen.has(j)) { seen.add(j); onGrids.push(j); }
+        for (let x = 1; x < jobs.length; x++) touch(jobs[0][0], jobs[x][0]);
+        for (const next of [key + 1, key + 1024]) { // the GPU below, the node to the right
+          const other = held.get(next);
+          if (other) for (const [a] of jobs) for (const [b] of other) touch(a, b);
+        }
+      }
+    }
+    colourGrids(onGrids, touching);
+
+    const roots = shown.map((d, slot) => {
+      const r = byName.get(d.name);
+      let g = rackEls.get(d.name);
+      if (!g || g.nodes !== d.nodes.length) { g = buildRack(d); rackEls.set(d.name, g); }
+      g.stats.textContent = `${gpusFmt(r.allocated)}/${r.gpus} GPUs in use · ${r.jobs} job${r.jobs === 1 ? "" : "s"}` +
+        (r.failed ? ` · ${r.failed} failed` : "");
+      const held = helds[slot];
       const failed = new Set(d.failed.map(([pos, gpu]) => pos * 1024 + gpu));
       d.nodes.forEach((n, pos) => {
         for (let gpu = 0; gpu < n.gpus; gpu++) {
@@ -393,7 +609,7 @@
     if (info.failed) {
       cls += " failed";
     } else if (info.jobs.length) {
-      cls += " used";
+      cls += info.jobs.every(([j]) => j === OTHER_TENANT) ? " used other" : " used";
       if (info.jobs.length === 1 && total >= 1000) {
         bg = jobColour(info.jobs[0][0]);
       } else {
@@ -476,8 +692,9 @@
   // --- job lists
   function renderLists() {
     const now = S.cluster.now;
+    // A pending job holds no GPU: a hollow swatch (no colour on the grids to match).
     renderRows($("queue"), S.pending.items, (job) => [
-      () => h("span", { class: "jobname" }, swatch(job.name), h("span", { text: job.name, title: job.name })),
+      () => h("span", { class: "jobname" }, swatch(job.name, false), h("span", { text: job.name, title: job.name })),
       [gpusFmt(job.gpus), "num"],
       [job.queue, ""],
       () => h("span", null, job.reason ? h("span", { class: "reason", text: job.reason }) : null, h("span", { class: "msg", text: job.message || "", title: job.message || "" })),
@@ -486,17 +703,32 @@
       const racks = job.placement ? job.placement.racks : [];
       const shown = racks.slice(0, 3).join(", ") + (racks.length > 3 ? ` +${racks.length - 3}` : "");
       return [
-        () => h("span", { class: "jobname" }, swatch(job.name), h("span", { text: job.name, title: job.name })),
+        () => h("span", { class: "jobname" }, swatch(job.name, true), h("span", { text: job.name, title: job.name })),
         [gpusFmt(job.gpus), "num"],
         [shown, ""],
         [dur(now - (job.started || now)), "num"],
       ];
-    }, (job) => (job.placement ? job.placement.racks.join(",") : "") + "|" + job.gpus);
-    $("queue-empty").hidden = S.pending.items.length > 0;
-    $("running-empty").hidden = S.running.items.length > 0;
+    }, (job) => (job.placement ? job.placement.racks.join(",") : "") + "|" + job.gpus + "|" + jobColour(job.name));
+    renderRows($("history"), S.ended, (job) => [
+      () => h("span", { class: "jobname" }, h("span", { text: job.name, title: `${job.name} (${job.kind}, queue ${job.queue})` })),
+      () => h("span", { class: `status ${job.status}`, text: job.status }),
+      () => h("span", null, h("span", { class: "reason ended", text: job.reason || "–" }),
+        job.message ? h("span", { class: "msg", text: job.message, title: job.message }) : null),
+      () => h("span", { title: stamp(job.ended), text: clock(job.ended, now) }),
+      [job.started !== null && job.started !== undefined ? dur(job.ended - job.started) : "never ran", "num"],
+    ], (job) => `${job.status}|${job.reason}|${job.message}|${job.ended}|${day(new Date(now * 1000))}`);
+    const empty = (id, isEmpty, text) => {
+      const e = $(id);
+      e.hidden = !isEmpty;
+      if (e.textContent !== text) e.textContent = text;
+    };
+    empty("queue-empty", !S.pending.items.length, "no job is waiting");
+    empty("running-empty", !S.running.items.length, "nothing is running");
+    empty("history-empty", !S.ended.length, "no job has ended yet");
     const more = (list, n) => (list.items.length < n ? ` (first ${list.items.length} of ${n})` : "");
     $("queue-count").textContent = `${S.cluster.pending}${more(S.pending, S.cluster.pending)}`;
     $("running-count").textContent = `${S.cluster.running}${more(S.running, S.cluster.running)}`;
+    $("history-count").textContent = S.ended.length ? `latest ${S.ended.length}` : "";
   }
 
   // Rows keyed by job name; cells are updated in place (so a click between two polls is never lost).
@@ -528,7 +760,7 @@
     table.hidden = rows.length === 0;
   }
 
-  for (const id of ["queue", "running"]) {
+  for (const id of ["queue", "running", "history"]) {
     $(id).addEventListener("click", (ev) => {
       const tr = ev.target.closest("tr[data-job]");
       if (tr) openJob(tr.getAttribute("data-job"));
@@ -544,7 +776,7 @@
     S.selected = null; S.job = null; S.events = null;
     $("details").hidden = true;
     document.body.classList.remove("with-details");
-    if (S.overview) render();
+    if (S.loaded) render();
   }
 
   function route() {
@@ -553,7 +785,7 @@
       const name = decodeURIComponent(m[2]);
       if (S.selected !== name) { S.selected = name; S.job = null; S.events = null; }
       $("details").hidden = false;
-      if (S.overview) render(); else renderDetails();
+      if (S.loaded) render(); else renderDetails();
       tick();
     } else {
       if (m && m[1] === "rack") focusRack(decodeURIComponent(m[2]));
@@ -572,9 +804,11 @@
     if (!name) return;
     panel.setAttribute("data-job", name);
     $("d-name").textContent = name;
-    $("d-swatch").style.background = jobColour(name);
     const body = $("d-body");
     const job = S.job;
+    const holds = !!job && !(job instanceof Error) && job.status === "running"; // coloured like its GPUs
+    $("d-swatch").className = holds ? "swatch" : "swatch none";
+    $("d-swatch").style.background = holds ? jobColour(name) : "";
     if (job === null) { body.replaceChildren(h("div", { class: "empty", text: "loading…" })); return; }
     if (job instanceof Error) {
       body.replaceChildren(h("div", { class: "error", text: job.status === 404 ? `no job named ${name} (or not in your queues)` : job.message }));
@@ -594,6 +828,7 @@
       ["ended", when(job.ended)],
     ];
     if (job.started && !job.ended) rows.push(["running for", dur(now - job.started)]);
+    if (job.started && job.ended) rows.push(["ran for", dur(job.ended - job.started)]);
     if (job.exitCode !== null && job.exitCode !== undefined) rows.push(["exit code", String(job.exitCode)]);
     if (job.restarts) rows.push(["restarts", String(job.restarts)]);
     const kids = [h("dl", null, rows.map(([k, v]) => [h("dt", { text: k }), h("dd", null, v)]))];
@@ -630,7 +865,7 @@
     const i = e._info;
     if (!i) return null;
     if (e.classList.contains("agg")) {
-      return [h("b", { text: i.name }), ` · ${i.region}`, h("br"), `${gpusFmt(i.allocated)} of ${i.gpus} GPUs allocated (${pct(i.gpus ? i.allocated / i.gpus : 0)})`,
+      return [h("b", { text: i.name }), ` · ${i.region}`, h("br"), `${gpusFmt(i.allocated)} of ${i.gpus} GPUs in use (${pct(i.gpus ? i.allocated / i.gpus : 0)})`,
         h("br"), `${i.jobs} job${i.jobs === 1 ? "" : "s"}${i.failed ? ` · ${i.failed} GPUs failed` : ""}`];
     }
     const where = [`node ${i.node} · GPU ${i.gpu}`, h("br"), `rack ${i.rack}`];
