@@ -33,10 +33,13 @@ def test_every_metric_is_exported_and_agrees_with_the_api(service: LiveService) 
     exported = {n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for n in m}
     missing = [n for n in METRIC_NAMES if n not in exported]
     # Per-service inference series and the cost per token exist only while a service runs; it is pending here.
+    # The intra-rack share has no sample until a byte has moved (these gangs declare no traffic): no data is
+    # not a perfect 100 %.
     only_while_serving = {
         "rackscale_inference_tokens_per_second",
         "rackscale_inference_p99_latency_seconds",
         "rackscale_cost_per_token",
+        "rackscale_intra_rack_traffic_ratio",
     }
     assert set(missing) <= only_while_serving, missing
     allocated = c.get("/v1/cluster").json()["gpusAllocated"]

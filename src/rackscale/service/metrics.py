@@ -185,11 +185,12 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
     traffic.add_metric(["backbone"], kpi.bytes_backbone)
     yield traffic
     moved = kpi.bytes_nvlink + kpi.bytes_rdma + kpi.bytes_backbone
-    yield GaugeMetricFamily(
-        "rackscale_intra_rack_traffic_ratio",
-        "NVLink bytes / all bytes since the service started.",
-        value=kpi.bytes_nvlink / moved if moved else 1.0,
+    ratio = GaugeMetricFamily(
+        "rackscale_intra_rack_traffic_ratio", "NVLink bytes / all bytes since the service started."
     )
+    if moved:  # no sample until a byte has moved: a share of nothing is not 100 %
+        ratio.add_metric([], kpi.bytes_nvlink / moved)
+    yield ratio
 
     # Network latency per tier: the tier's latency plus queueing on its busiest link (M/M/1).
     lat = _g("rackscale_network_latency_p99_seconds", "Modelled p99 latency per link tier.", ["tier"])
