@@ -67,3 +67,29 @@ def test_the_checker_catches_an_impure_module(tmp_path: Path) -> None:
     calls = [n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
     assert "time" in FORBIDDEN_MODULES.intersection(imports)
     assert "print" in FORBIDDEN_CALLS.intersection(calls)
+
+
+@pytest.mark.parametrize(
+    ("module", "planted"),
+    [
+        pytest.param("scheduler/status.py", "import rackscale.service.store\n", id="core-imports-the-service"),
+        pytest.param("model/state.py", "import rackscale.backends.local\n", id="core-imports-a-backend"),
+        # Indirect: the core imports a module no contract names, which reads the clock.
+        pytest.param("network/paths.py", "import rackscale.planted_clock\n", id="core-reaches-time-indirectly"),
+        pytest.param("backends/sim.py", "import rackscale.planted_service\n", id="backend-reaches-the-service"),
+    ],
+)
+def test_the_contracts_catch_a_planted_violation(tmp_path: Path, module: str, planted: str) -> None:
+    """The import-linter contracts really fail, indirect imports included (no escape hatch)."""
+    exe = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+    copy = tmp_path / "src" / "rackscale"
+    shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(SRC.parents[1] / "pyproject.toml", tmp_path / "pyproject.toml")
+    (copy / "planted_clock.py").write_text("import time\n")
+    (copy / "planted_service.py").write_text("import rackscale.service.api\n")
+    target = copy / module
+    target.write_text(target.read_text() + planted)
+    env = {"PYTHONPATH": str(tmp_path / "src"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([exe], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode != 0, done.stdout
+    assert "BROKEN" in done.stdout, done.stdout
