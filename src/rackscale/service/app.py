@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from rackscale.model.topology import GPUCluster
 from rackscale.service.api import DEFAULT_MAX_BODY, ServiceContext, create_app
 from rackscale.service.auth import TokenTable, generated_admin_token
 from rackscale.service.clock import ServiceClock
-from rackscale.service.guard import allowed_hosts
+from rackscale.service.guard import allowed_hosts, is_loopback
 from rackscale.service.live import LiveCluster
 from rackscale.service.metrics import Metrics
 from rackscale.service.runner import Runner
@@ -84,15 +83,6 @@ def tune_process() -> None:
     sys.setswitchinterval(0.001)
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def make_backend(config: ServiceConfig) -> tuple[Backend, GPUCluster]:

@@ -44,14 +44,15 @@ def allowed_hosts(bind_host: str, extra: Iterable[str] = ()) -> frozenset[str]:
     """The Host names (without port, lower case) a service bound to ``bind_host`` accepts."""
     names = set(LOOPBACK_NAMES) | {h.strip().lower().strip("[]") for h in extra if h.strip()}
     host = bind_host.strip().lower().strip("[]")
-    if not _is_loopback(host):
+    if not is_loopback(host):
         names |= machine_names()
         if host not in ("0.0.0.0", "::", ""):
             names.add(host)
     return frozenset(names)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """A loopback name or address (the only places a service without a token file may listen)."""
     if host in LOOPBACK_NAMES:
         return True
     try:
@@ -171,4 +172,4 @@ async def _reply(send: Send, status: int, detail: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["LOOPBACK_NAMES", "RequestGuard", "allowed_hosts", "machine_names"]
+__all__ = ["LOOPBACK_NAMES", "RequestGuard", "allowed_hosts", "is_loopback", "machine_names"]
