@@ -166,10 +166,11 @@ def serve(
         docs=docs,
         init_store=init,
     )
-    os.umask(0o077)  # the store, the generated token and logs: readable by the service user only
+    umask = os.umask(0o077)  # the store, the generated token and logs: readable by the service user only
     try:
         svc = build_service(config)
     except (ServiceConfigError, TokenFileError) as e:
+        os.umask(umask)  # nothing is served: leave the process as it was (tests call serve in-process)
         fail(str(e))
     for warning in svc.ctx.tokens.warnings if svc.ctx.tokens is not None else ():
         err_console.print(Text.assemble(("WARNING:", "bold yellow"), " ", printable(warning)), highlight=False)

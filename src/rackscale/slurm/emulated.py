@@ -184,6 +184,7 @@ def _start_munge() -> int | None:
         return None
     run_dir = Path("/run/munge")
     run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.chmod(0o755)  # munged wants its socket's folder searchable by all; a umask of 077 would deny it
     shutil.chown(run_dir, "munge", "munge")
     _daemon(["runuser", "-u", "munge", "--", _which("munged")], dict(os.environ))
     for pidfile in (Path("/run/munge/munged.pid"), Path("/var/run/munge/munged.pid")):
