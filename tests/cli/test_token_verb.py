@@ -36,6 +36,7 @@ def test_the_printed_entry_loads_and_accepts_only_the_shown_token(tmp_path: Path
         pytest.param(["x"], "at least one --queue", id="tenant-without-queue"),
         pytest.param(["x", "--role", "scrape", "--queue", "a"], "for --role tenant only", id="scrape-with-queue"),
         pytest.param(["x", "--queue", "Team A"], "not a valid queue name", id="bad-queue"),
+        pytest.param(["ops\nrole: admin"], "is not a token name", id="name-with-newline"),
     ],
 )
 def test_bad_options_are_one_clear_line(args: list[str], needle: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import sys
 from typing import Annotated
@@ -10,7 +11,7 @@ from typing import Annotated
 import typer
 import yaml
 
-from rackscale.cli.output import fail
+from rackscale.cli.output import fail, printable
 from rackscale.model.text import NAME_FIX, NAME_RULE
 
 ROLES = ("admin", "tenant", "scrape")
@@ -42,6 +43,8 @@ def token(
       rackscale token prometheus --role scrape >> tokens.yaml
       rackscale token ops --role admin
     """
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", name) is None:
+        fail(f"{printable(name)!r} is not a token name (use letters, digits, '.', '_' or '-'; a letter or digit first)")
     if role not in ROLES:
         fail(f"--role must be one of {', '.join(ROLES)} (got {role!r})")
     if role == "tenant" and not queue:
