@@ -73,7 +73,12 @@ def test_a_pending_job_says_why(service: LiveService) -> None:
     got = wait_for(lambda: (j := c.get("/v1/jobs/waits").json())["reason"] not in ("Queued",) and j, what="reason")
     assert isinstance(got, dict)
     assert got["status"] == "pending" and got["message"]
-    assert any(e["type"] == "waiting" for e in c.get("/v1/jobs/waits/events").json()["items"])
+    # The reason is read from the live cluster as soon as the cycle decided it; its event is committed by the
+    # same step a moment later.
+    wait_for(
+        lambda: any(e["type"] == "waiting" for e in c.get("/v1/jobs/waits/events").json()["items"]),
+        what="the waiting event",
+    )
 
 
 @pytest.mark.parametrize(
