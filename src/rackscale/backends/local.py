@@ -48,6 +48,7 @@ from pathlib import Path
 
 from rackscale.backends import local_run
 from rackscale.backends.base import Exit, RunningJobRecord
+from rackscale.model.errors import RackscaleError
 from rackscale.model.placement import Placement
 from rackscale.model.topology import GPUCluster, NodeDecl
 from rackscale.model.workload import JobSpec
@@ -74,7 +75,7 @@ TRUNCATED_MARKER = "[rackscale: log truncated:"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 
 
-class LocalBackendError(ValueError):
+class LocalBackendError(RackscaleError, ValueError):
     """The local backend cannot be set up (no GPUs found or declared, bad options)."""
 
 

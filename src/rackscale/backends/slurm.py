@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from rackscale.backends.base import Exit, RunningJobRecord
+from rackscale.model.errors import RackscaleError
 from rackscale.model.placement import Placement
 from rackscale.model.topology import GPUCluster
 from rackscale.model.workload import JobSpec
@@ -37,7 +38,7 @@ LOST = "lost: Slurm no longer knows the job and no exit was recorded"
 DEFAULT_SLEEP_S = 60
 
 
-class SlurmBackendError(ValueError):
+class SlurmBackendError(RackscaleError, ValueError):
     """The slurm backend cannot be set up (no Slurm, bad options, a cluster that does not match Slurm)."""
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from rackscale.cli.output import err_console, fail, printable
+from rackscale.model.errors import RackscaleError
 
 if TYPE_CHECKING:
     import httpx
@@ -149,7 +150,7 @@ def resolve(server: str | None, token_file: Path | None) -> Target:
 
 
 # ----------------------------------------------------------------------------------------- HTTP
-class ApiFailure(Exception):
+class ApiFailure(RackscaleError):
     """The server answered with an error status; ``message`` is its detail, ready to show."""
 
     def __init__(self, status: int, message: str, detail: Any = None) -> None:

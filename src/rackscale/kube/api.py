@@ -18,8 +18,10 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from rackscale.model.errors import RackscaleError
 
-class ApiError(Exception):
+
+class KubeApiError(RackscaleError):
     """A non-2xx answer: ``status`` is the HTTP code, ``reason`` the Status reason, ``message`` its message."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:
@@ -27,18 +29,18 @@ class ApiError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-def _error(status: int, body: bytes | str | None) -> ApiError:
+def _error(status: int, body: bytes | str | None) -> KubeApiError:
     reason, message = "", ""
     try:
         st = json.loads(body or b"{}")
         reason, message = str(st.get("reason", "")), str(st.get("message", ""))
     except (ValueError, AttributeError):
         message = (body.decode(errors="replace") if isinstance(body, bytes) else str(body or ""))[:500]
-    return ApiError(status, reason, message)
+    return KubeApiError(status, reason, message)
 
 
 def call_raw(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call ``fn`` without deserialising; returns the open urllib3 response. Raises :class:`ApiError`."""
+    """Call ``fn`` without deserialising; returns the open urllib3 response. Raises :class:`KubeApiError`."""
     try:
         resp = fn(*args, _preload_content=False, **kwargs)
     except ApiException as e:
@@ -54,7 +56,7 @@ def call_raw(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 def call_json(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Call ``fn`` and return the response body as JSON. Raises :class:`ApiError` on a non-2xx answer."""
+    """Call ``fn`` and return the response body as JSON. Raises :class:`KubeApiError` on a non-2xx answer."""
     resp = call_raw(fn, *args, **kwargs)
     try:
         data = resp.data
@@ -62,5 +64,5 @@ def call_json(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, An
         resp.release_conn()
     out = json.loads(data or b"{}")
     if not isinstance(out, dict):
-        raise ApiError(int(resp.status), "BadResponse", f"expected a JSON object, got {type(out).__name__}")
+        raise KubeApiError(int(resp.status), "BadResponse", f"expected a JSON object, got {type(out).__name__}")
     return out

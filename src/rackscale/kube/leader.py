@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes import client
 
-from rackscale.kube.api import ApiError, call_json
+from rackscale.kube.api import KubeApiError, call_json
 
 log = logging.getLogger("rackscale.kube.leader")
 
@@ -68,7 +68,7 @@ class LeaderElector:
         was = self.is_leader
         try:
             ok = self._try_acquire_or_renew()
-        except (ApiError, OSError, ValueError) as e:
+        except (KubeApiError, OSError, ValueError) as e:
             log.warning("lease %s/%s: %s", self.namespace, self.name, e)
             ok = False
         if ok:
@@ -91,14 +91,14 @@ class LeaderElector:
                 lease["spec"]["holderIdentity"] = None
                 lease["spec"]["renewTime"] = None
                 self._write(lease)
-        except (ApiError, OSError, ValueError) as e:
+        except (KubeApiError, OSError, ValueError) as e:
             log.warning("releasing lease %s/%s: %s", self.namespace, self.name, e)
 
     # ------------------------------------------------------------------ internals
     def _read(self) -> dict[str, Any] | None:
         try:
             return call_json(self.coord.read_namespaced_lease, self.name, self.namespace)
-        except ApiError as e:
+        except KubeApiError as e:
             if e.status == 404:
                 return None
             raise
@@ -119,7 +119,7 @@ class LeaderElector:
             }
             try:
                 created = call_json(self.coord.create_namespaced_lease, self.namespace, body)
-            except ApiError as e:
+            except KubeApiError as e:
                 if e.status == 409:  # someone else created it first
                     return False
                 raise
@@ -140,7 +140,7 @@ class LeaderElector:
         )
         try:
             written = self._write(lease)
-        except ApiError as e:
+        except KubeApiError as e:
             if e.status == 409:  # lost a race, or the record moved under us: look again next tick
                 return False
             raise

@@ -28,7 +28,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 
-from rackscale.kube.api import ApiError, call_json, call_raw
+from rackscale.kube.api import KubeApiError, call_json, call_raw
 from rackscale.kube.cluster import LabelKeys, build_cluster, node_available, topology_signature
 from rackscale.kube.leader import LeaderElector, micro_time
 from rackscale.kube.pods import Gang, gang_spec, gangs, is_terminated, node_name, pod_key, pod_request
@@ -87,7 +87,7 @@ class _Watcher:
                 if self.resource_version is None:
                     self._list()
                 self._watch()
-            except ApiError as e:
+            except KubeApiError as e:
                 if e.status == 410:
                     self._gone()
                 else:
@@ -141,7 +141,7 @@ class _Watcher:
                     if code == 410:
                         self._gone()
                         return
-                    raise ApiError(code, str(obj.get("reason", "")), str(obj.get("message", "")))
+                    raise KubeApiError(code, str(obj.get("reason", "")), str(obj.get("message", "")))
                 rv = (obj.get("metadata") or {}).get("resourceVersion")
                 if typ == "BOOKMARK":
                     o.stats.bookmarks[self.kind] += 1
@@ -428,7 +428,7 @@ class KubeScheduler:
             try:
                 # _preload_content=False (inside call_json): the client cannot read the Status the server answers.
                 call_json(self.core.create_namespaced_pod_binding, name, ns, body)
-            except (ApiError, OSError) as e:
+            except (KubeApiError, OSError) as e:
                 self.stats.bind_errors += 1
                 log.warning("binding %s/%s to %s: %s", ns, name, node, e)
                 self._event(pod, "Warning", "FailedScheduling", f"binding to {node} failed: {e}")
@@ -480,7 +480,7 @@ class KubeScheduler:
                 patch,
                 _content_type="application/strategic-merge-patch+json",
             )
-        except (ApiError, OSError) as e:
+        except (KubeApiError, OSError) as e:
             log.warning("patching the status of %s: %s", pod_key(pod), e)
 
     def _event(self, pod: Mapping[str, Any], typ: str, reason: str, message: str) -> None:
@@ -511,7 +511,7 @@ class KubeScheduler:
         }
         try:
             call_json(self.core.create_namespaced_event, ns, body)
-        except (ApiError, OSError) as e:
+        except (KubeApiError, OSError) as e:
             log.warning("event for %s: %s", pod_key(pod), e)
 
 

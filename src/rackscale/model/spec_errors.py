@@ -17,6 +17,8 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
+from rackscale.model.errors import RackscaleError
+
 __all__ = ["SpecError", "SpecInvalid", "SpecProblem", "format_loc", "problems_from_validation"]
 
 
@@ -54,7 +56,7 @@ class SpecProblem:
         return f"{text} (fix: {self.fix})" if self.fix else text
 
 
-class SpecError(ValueError):
+class SpecError(RackscaleError, ValueError):
     """A spec (cluster or job) is invalid. ``problems`` lists every problem found, in document order.
 
     ``str()`` gives one line per problem, ``[source[:line]: ]path: message (fix: hint)``.
@@ -73,7 +75,7 @@ class SpecError(ValueError):
         return (type(self), (self.problems, self.source))
 
 
-class SpecInvalid(ValueError):
+class SpecInvalid(RackscaleError, ValueError):
     """Raised by spec validators: pydantic keeps the instance, so its ``fix`` reaches the SpecProblem."""
 
     def __init__(self, message: str, fix: str = "") -> None:

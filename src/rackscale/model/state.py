@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
+from rackscale.model.errors import RackscaleError
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import JobSpec
 
 
-class AllocationError(ValueError):
+class AllocationError(RackscaleError, ValueError):
     """A placement asked for capacity that is not there (a bug in the caller: placements are checked)."""
 
 

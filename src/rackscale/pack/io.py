@@ -5,13 +5,14 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from rackscale.model.errors import RackscaleError
 from rackscale.pack.trace import Nodes, Pods
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
 
 
-class TraceError(ValueError):
+class TraceError(RackscaleError, ValueError):
     """A trace file is missing a column or holds a value that is not a number (message names file:line)."""
 
 

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rackscale.model.errors import RackscaleError
 from rackscale.pack.trace import MILLI, BoolArray, IntArray, Nodes, Pods
 
 
-class OversubscribedError(ValueError):
+class OversubscribedError(RackscaleError, ValueError):
     """A policy chose a node or GPU that cannot hold the pod (a policy bug: choices are validated)."""
 
 

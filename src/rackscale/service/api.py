@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rackscale.model.errors import RackscaleError
 from rackscale.model.spec_docs import FlatJobDoc
 from rackscale.model.spec_errors import SpecError
 from rackscale.model.specs import job_from_dict
@@ -54,7 +55,7 @@ DEFAULT_MAX_BODY = 64 * 1024
 RETRY_AFTER_S = "5"  # the Retry-After of a 503 (the store cannot write now; the service heals by itself)
 
 
-class ApiError(Exception):
+class HttpProblem(RackscaleError):
     def __init__(self, status: int, detail: Any, headers: dict[str, str] | None = None) -> None:
         self.status, self.detail, self.headers = status, detail, headers
 
@@ -100,8 +101,8 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     live = ctx.runner.live
     cluster = live.cluster
 
-    @app.exception_handler(ApiError)
-    async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
+    @app.exception_handler(HttpProblem)
+    async def _api_error(_req: Request, exc: HttpProblem) -> JSONResponse:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
@@ -130,8 +131,8 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         row = ctx.store.get(name, run=run)
         if row is None or not who.can_use(row.queue):
             if run is not None and (latest := ctx.store.get(name)) is not None and who.can_use(latest.queue):
-                raise ApiError(404, f"job {name!r} has no run {run} (its latest run is {latest.seq})")
-            raise ApiError(404, f"no job named {name!r}" + ("" if who.is_admin else " in your queues"))
+                raise HttpProblem(404, f"job {name!r} has no run {run} (its latest run is {latest.seq})")
+            raise HttpProblem(404, f"no job named {name!r}" + ("" if who.is_admin else " in your queues"))
         return row
 
     def job_view(row: Any, now: float, earlier: tuple[int, list[Any]] | None = None) -> JobOut:
@@ -178,18 +179,20 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         # once by pydantic rather than validated again against the response model. Same answers.
         who = authenticate(ctx, request.headers.get("authorization"))
         if problem := ctx.runner.problem:
-            raise ApiError(503, f"not taking work: {problem}", {"Retry-After": RETRY_AFTER_S})
+            raise HttpProblem(503, f"not taking work: {problem}", {"Retry-After": RETRY_AFTER_S})
         body = await _read_body(request, ctx.max_body_bytes)
         try:
             doc = json.loads(body)
         except (ValueError, UnicodeDecodeError) as e:
-            raise ApiError(422, [{"loc": ["body"], "msg": f"not valid JSON: {e}", "fix": "send a JSON object"}]) from e
+            raise HttpProblem(
+                422, [{"loc": ["body"], "msg": f"not valid JSON: {e}", "fix": "send a JSON object"}]
+            ) from e
         except RecursionError as e:  # far past the spec's depth limit
-            raise ApiError(
+            raise HttpProblem(
                 422, [{"loc": ["body"], "msg": "JSON nested too deeply", "fix": "send a job document (4 levels)"}]
             ) from e
         if not isinstance(doc, dict):
-            raise ApiError(
+            raise HttpProblem(
                 422,
                 [
                     {
@@ -205,15 +208,17 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         try:
             spec = job_from_dict(doc)
         except SpecError as e:
-            raise ApiError(422, [{"loc": ["body", *p.loc], "msg": p.message, "fix": p.fix} for p in e.problems]) from e
+            raise HttpProblem(
+                422, [{"loc": ["body", *p.loc], "msg": p.message, "fix": p.fix} for p in e.problems]
+            ) from e
         if not who.can_use(spec.queue):
-            raise ApiError(
+            raise HttpProblem(
                 403, f"token {who.name!r} may not submit to queue {spec.queue!r} (its queues: {', '.join(who.queues)})"
             )
         klass = body_doc.get("priorityClassName")
         refusal = who.priority_refusal(priority=spec.priority, priority_class=klass if isinstance(klass, str) else None)
         if refusal is not None:
-            raise ApiError(403, refusal)
+            raise HttpProblem(403, refusal)
         now = ctx.runner.clock.now()
         spec = replace(spec, submit_time=now)
         try:
@@ -230,11 +235,11 @@ def create_app(ctx: ServiceContext) -> FastAPI:
                 )
             )
         except DuplicateJob as e:
-            raise ApiError(409, _taken(ctx.store, spec.name, who)) from e
+            raise HttpProblem(409, _taken(ctx.store, spec.name, who)) from e
         except StoreUnavailable as e:  # nothing was stored: the client may send it again
-            raise ApiError(503, str(e), {"Retry-After": RETRY_AFTER_S}) from e
+            raise HttpProblem(503, str(e), {"Retry-After": RETRY_AFTER_S}) from e
         except RejectedJob as e:  # the database refused this row (the others of its commit went through)
-            raise ApiError(
+            raise HttpProblem(
                 422, [{"loc": ["body"], "msg": str(e), "fix": "shorten the job's names and values, then send it again"}]
             ) from e
         ctx.runner.submitted(spec, row.seq)
@@ -258,7 +263,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
             statuses = [s.strip() for s in status.split(",") if s.strip()]
             bad = [s for s in statuses if s not in STATUSES]
             if bad:
-                raise ApiError(
+                raise HttpProblem(
                     422,
                     [
                         {
@@ -294,14 +299,14 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     async def cancel_job(name: str, who: Who) -> JobOut:
         visible_job(name, who)
         if problem := ctx.runner.problem:
-            raise ApiError(503, f"not taking work: {problem}", {"Retry-After": RETRY_AFTER_S})
+            raise HttpProblem(503, f"not taking work: {problem}", {"Retry-After": RETRY_AFTER_S})
         now = ctx.runner.clock.now()
         try:
             row = await asyncio.to_thread(ctx.store.cancel, name, now)  # waits for its commit, off the event loop
         except StoreUnavailable as e:  # nothing changed: the client may send it again
-            raise ApiError(503, str(e), {"Retry-After": RETRY_AFTER_S}) from e
+            raise HttpProblem(503, str(e), {"Retry-After": RETRY_AFTER_S}) from e
         if row is None:
-            raise ApiError(404, f"no job named {name!r}")
+            raise HttpProblem(404, f"no job named {name!r}")
         ctx.runner.cancelled(name, row.seq)
         return job_out(cluster, row, now=now)
 
@@ -354,14 +359,14 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     )
     async def get_rack(name: str, who: Who) -> RackDetail:
         if name not in rack_by_name:
-            raise ApiError(404, f"no rack named {name!r}")
+            raise HttpProblem(404, f"no rack named {name!r}")
         with ctx.runner.reading() as lv:
             return rack_detail(lv, rack_by_name[name], visible_to(lv, who))
 
     @app.get("/v1/nodes", response_model=NodeList, responses=_pick(404), summary="Every node (or a rack's)")
     async def list_nodes(who: Who, rack: str | None = None) -> NodeList:
         if rack is not None and rack not in rack_by_name:
-            raise ApiError(404, f"no rack named {rack!r}")
+            raise HttpProblem(404, f"no rack named {rack!r}")
         nodes = cluster.racks[rack_by_name[rack]].nodes if rack is not None else range(len(cluster.nodes))
         with ctx.runner.reading() as lv:
             vis = visible_to(lv, who)
@@ -375,7 +380,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     )
     async def get_node(name: str, who: Who) -> NodeDetail:
         if name not in node_by_name:
-            raise ApiError(404, f"no node named {name!r}")
+            raise HttpProblem(404, f"no node named {name!r}")
         with ctx.runner.reading() as lv:
             return node_detail(lv, node_by_name[name], visible_to(lv, who))
 
@@ -399,9 +404,9 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         # Series carry queue and service names: with auth on, only an admin or a scrape token reads them.
         who = authenticate(ctx, request.headers.get("authorization"), metrics=True)
         if not who.may_scrape:
-            raise ApiError(403, f"token {who.name!r} may not read /metrics (use an admin or a scrape token)")
+            raise HttpProblem(403, f"token {who.name!r} may not read /metrics (use an admin or a scrape token)")
         if ctx.metrics is None:
-            raise ApiError(404, "metrics are off")
+            raise HttpProblem(404, "metrics are off")
         body, content_type = ctx.metrics.exposition()
         return Response(body, media_type=content_type)
 
@@ -419,15 +424,15 @@ def authenticate(ctx: ServiceContext, authorization: str | None, *, metrics: boo
         return ANONYMOUS
     bad = {"WWW-Authenticate": "Bearer"}
     if not authorization:
-        raise ApiError(401, "missing bearer token (send 'Authorization: Bearer TOKEN')", bad)
+        raise HttpProblem(401, "missing bearer token (send 'Authorization: Bearer TOKEN')", bad)
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(401, "malformed Authorization header (expected 'Bearer TOKEN')", bad)
+        raise HttpProblem(401, "malformed Authorization header (expected 'Bearer TOKEN')", bad)
     who = ctx.tokens.lookup(token.strip())
     if who is None:
-        raise ApiError(401, "unknown token", bad)
+        raise HttpProblem(401, "unknown token", bad)
     if who.role == "scrape" and not metrics:
-        raise ApiError(403, f"token {who.name!r} is a scrape token: it may read /metrics only")
+        raise HttpProblem(403, f"token {who.name!r} is a scrape token: it may read /metrics only")
     return who
 
 
@@ -448,12 +453,12 @@ def _pick(*codes: int) -> dict[int | str, dict[str, Any]]:
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, f"body of {declared} bytes is over the limit of {limit} bytes")
+        raise HttpProblem(413, f"body of {declared} bytes is over the limit of {limit} bytes")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise ApiError(413, f"body is over the limit of {limit} bytes")
+            raise HttpProblem(413, f"body is over the limit of {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)

@@ -10,6 +10,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from rackscale.backends.base import Backend
+from rackscale.model.errors import RackscaleError
 from rackscale.model.topology import GPUCluster
 from rackscale.service.api import DEFAULT_MAX_BODY, ServiceContext, create_app
 from rackscale.service.auth import TokenTable, generated_admin_token
@@ -27,7 +28,7 @@ log = logging.getLogger("rackscale.service")
 BackendFactory = Callable[[GPUCluster | None], tuple[Backend, GPUCluster]]
 
 
-class ServiceConfigError(ValueError):
+class ServiceConfigError(RackscaleError, ValueError):
     pass
 
 

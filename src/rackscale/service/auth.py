@@ -29,6 +29,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rackscale.model.errors import RackscaleError
+
 Role = Literal["admin", "tenant", "scrape"]
 # What a tenant may ask for when its entry says nothing (a Kubernetes ResourceQuota scoped to PriorityClass
 # does the same): the default priority and below, and only these classes.
@@ -116,7 +118,7 @@ class _FileDoc(BaseModel):
     tokens: list[_TokenDoc] = Field(min_length=1)
 
 
-class TokenFileError(ValueError):
+class TokenFileError(RackscaleError, ValueError):
     pass
 
 

@@ -58,6 +58,7 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.schema import CreateTable
 
+from rackscale.model.errors import RackscaleError
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.service.live import CANCELLED, COMPLETED, FAILED, PREEMPTED, SCHEDULED, WAITING, Change
 
@@ -148,11 +149,11 @@ def _insert_new_statement(dialect: str) -> Any:
 _INSERT_EVENT = insert(events)
 
 
-class DuplicateJob(ValueError):
+class DuplicateJob(RackscaleError, ValueError):
     """A run of that name is active (pending or running)."""
 
 
-class RejectedJob(ValueError):
+class RejectedJob(RackscaleError, ValueError):
     """The database refused this one job's row (e.g. a value too long for its column); the other jobs of
     its group commit went through."""
 
@@ -161,7 +162,7 @@ class RejectedJob(ValueError):
         super().__init__(f"the store refused job {name[:80]!r}: {reason}")
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(RackscaleError):
     """The store cannot write now (disk full, read-only, I/O error, lost connection, ...). Nothing of the
     write was committed. ``reason``: the database's words; ``fix``: what to do about it."""
 
@@ -170,7 +171,7 @@ class StoreUnavailable(Exception):
         super().__init__(f"the store cannot write: {reason} (fix: {fix})")
 
 
-class BrokenStore(ValueError):
+class BrokenStore(RackscaleError, ValueError):
     """The store file cannot be used as it is (empty, truncated, corrupt, not a database, not ours)."""
 
 

@@ -44,7 +44,7 @@ def mount(app: FastAPI, ctx: ServiceContext) -> None:
 
     @app.get("/v1/ui/overview", include_in_schema=False)
     async def overview(request: Request, detail: str = "") -> JSONResponse:
-        who = authenticate(ctx, request.headers.get("authorization"))  # the API's rule; ApiError -> 401
+        who = authenticate(ctx, request.headers.get("authorization"))  # the API's rule; HttpProblem -> 401
         wanted: list[int] = []
         for name in detail.split(","):
             r = rack_by_name.get(name.strip())

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rackscale.model.errors import RackscaleError
+
 INSTALL_HINT = "install Slurm's client tools (Debian/Ubuntu: apt-get install slurm-wlm)"
 TERMINAL_STATES = frozenset(
     {
@@ -29,7 +31,7 @@ TERMINAL_STATES = frozenset(
 _KEY = re.compile(r" (?=[A-Za-z][\w:/.]*=)")
 
 
-class SlurmError(RuntimeError):
+class SlurmError(RackscaleError, RuntimeError):
     """A Slurm command failed or is missing; the message says which and why."""
 
 
