@@ -25,6 +25,7 @@ from rackscale.model import (
     inference,
     training,
 )
+from rackscale.model.state import CheckpointError
 
 CPU = 8000
 MEM = 1024
@@ -210,6 +211,16 @@ FITS_CASES = [
     pytest.param(whole(2, 0), "node r001-n00 is down", id="node-down"),
     pytest.param(whole(1, 0, 0), "a GPU is listed twice in one slice", id="gpu-listed-twice"),
     pytest.param(whole(1, 4), "node r000-n01 has no GPU 4", id="no-such-gpu"),
+    # From a placer's bug: a negative index would wrap to another GPU or node, a negative amount add room.
+    pytest.param(whole(1, -1), "node r000-n01 has no GPU -1", id="negative-gpu"),
+    pytest.param(whole(4, 0), "the cluster has no node 4", id="no-such-node"),
+    pytest.param(whole(-1, 0), "the cluster has no node -1", id="negative-node"),
+    pytest.param(
+        shared(1, 0, -300), "a slice of node r000-n01 asks for a negative or impossible amount", id="negative-milli"
+    ),
+    pytest.param(
+        whole(1, 0, cpu=-1000), "a slice of node r000-n01 asks for a negative or impossible amount", id="negative-cpu"
+    ),
 ]
 
 
@@ -488,3 +499,50 @@ def test_racks_ascending_merges_regions_and_can_be_limited_to_one() -> None:
     assert list(state.racks_ascending("GB200", 1)) == [0, 2, 1]
     assert list(state.racks_ascending("GB200", 0, region=1)) == [3, 2]
     assert list(state.racks_descending("GB200", 0, region=0)) == [1, 0]
+
+
+# ---------------------------------------------------------------------- checkpoints
+
+
+def test_rollback_to_a_checkpoint_undoes_only_what_came_after_it() -> None:
+    state = _busy()
+    start = snapshot(state)
+    tx = Transaction(state)
+    tx.release("b")
+    after_release = snapshot(state)
+    outer = tx.checkpoint()
+    tx.allocate(training("x", 2), place("x", whole(1, 0, 1)), now=100)
+    inner = tx.checkpoint()
+    tx.allocate(training("y", 1), place("y", whole(1, 2)), now=100)
+    tx.rollback(inner)
+    assert set(state.running) == {"a", "s", "x"} and len(tx) == 2
+    tx.rollback(inner)  # a checkpoint stays valid: nothing after it, nothing to undo
+    assert len(tx) == 2
+    tx.rollback(outer)
+    assert snapshot(state) == after_release
+    tx.rollback()
+    assert snapshot(state) == start
+    state.check_invariants()
+
+
+def test_a_checkpoint_another_transaction_holds_or_one_past_the_log_is_refused() -> None:
+    state = _busy()
+    tx, other = Transaction(state), Transaction(state)
+    tx.release("b")
+    late = tx.checkpoint()
+    tx.rollback()  # undoes the release: ``late`` now points past the log
+    with pytest.raises(CheckpointError):
+        tx.rollback(late)
+    with pytest.raises(CheckpointError):
+        other.rollback(tx.checkpoint())
+    assert "b" in state.running
+
+
+def test_an_allocation_with_a_malformed_slice_changes_nothing() -> None:
+    """Slices come from placer plugins: one that is not a slice at all must not leave the first ones taken."""
+    state = _occupied()
+    before = snapshot(state)
+    with pytest.raises(AttributeError):
+        state.allocate(training("x", 1), place("x", whole(3, 0), object()), now=1)  # type: ignore[arg-type]
+    assert snapshot(state) == before
+    state.check_invariants()

@@ -9,14 +9,14 @@ be shown to fit, the racks that come closest are still held (start unknown), so 
 
 from __future__ import annotations
 
-from rackscale.model.state import ClusterState
+from rackscale.model.view import StateView
 from rackscale.model.workload import JobKind, JobSpec
 from rackscale.scheduler.decisions import Reservation
 from rackscale.scheduler.filters import allowed_models
 from rackscale.scheduler.framework import CycleContext
 
 
-def plan_reservation(job: JobSpec, state: ClusterState, ctx: CycleContext) -> Reservation | None:
+def plan_reservation(job: JobSpec, state: StateView, ctx: CycleContext) -> Reservation | None:
     if job.kind is JobKind.INFERENCE or job.unit.gpus == 0:
         return None  # replicas and shared GPUs are small: they do not need to hold racks
     models = set(allowed_models(job, ctx))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rackscale.model.state import ClusterState
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
+from rackscale.model.view import StateView
 from rackscale.model.workload import JobKind, JobSpec, Level
 from rackscale.scheduler.framework import FILTERS, CycleContext
 from rackscale.scheduler.status import SUCCESS, Reason, Status, unresolvable, wait
@@ -22,7 +22,7 @@ class GpuModelFilter:
     name = "gpu-model"
     static = True
 
-    def filter(self, job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status:
+    def filter(self, job: JobSpec, state: StateView, ctx: CycleContext) -> Status:
         if job.unit.gpu_demand_milli and not allowed_models(job, ctx):
             wanted = ", ".join(sorted(job.unit.gpu_models or ()))
             return unresolvable(
@@ -77,7 +77,7 @@ class FitsEverFilter:
             got = self._caps[models] = _caps(cluster, models)
         return got
 
-    def filter(self, job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status:
+    def filter(self, job: JobSpec, state: StateView, ctx: CycleContext) -> Status:
         unit = job.unit
         caps = self.caps(state.cluster, allowed_models(job, ctx) or ctx.models)
         splittable = job.kind is JobKind.INFERENCE  # a replica's tensor-parallel group may span nodes
@@ -125,7 +125,7 @@ class QuotaFilter:
     name = "quota"
     static = False  # depends on what the queue holds now
 
-    def filter(self, job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status:
+    def filter(self, job: JobSpec, state: StateView, ctx: CycleContext) -> Status:
         cfg = ctx.queues.get(job.queue)
         if cfg is None or cfg.quota_gpus is None:
             return SUCCESS

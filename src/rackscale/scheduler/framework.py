@@ -8,6 +8,10 @@ Extension points, in the order a cycle uses them:
 - ``VictimChooser`` picks preemption victims when a job cannot be placed.
 
 Baselines are placers behind the same interface, so a comparison changes one name in a profile.
+
+Every plugin reads the state through a :class:`StateView`, which has no mutating method and whose fields
+are read-only types: mypy rejects a plugin that writes. Only the cycle's transaction (``actions.py``,
+``gang.py``) changes the state, so that rolling it back undoes everything.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rackscale.model.placement import NodeAlloc
-from rackscale.model.state import ClusterState, RunningJob
+from rackscale.model.running import RunningJob
+from rackscale.model.view import StateView
 from rackscale.model.workload import JobSpec
 from rackscale.scheduler.pending import PendingQueue
 from rackscale.scheduler.placement.request import GroupRequest
@@ -45,7 +50,7 @@ class CycleContext:
 class QueueSort(Protocol):
     name: str
 
-    def order(self, pending: PendingQueue, state: ClusterState, ctx: CycleContext) -> Iterator[JobSpec]:
+    def order(self, pending: PendingQueue, state: StateView, ctx: CycleContext) -> Iterator[JobSpec]:
         """Yield pending jobs in the order to try them. May read ``state`` between yields: placements
         made earlier in the cycle are already in it (progressive fair share)."""
         ...
@@ -58,14 +63,15 @@ class Filter(Protocol):
     name: str
     static: bool
 
-    def filter(self, job: JobSpec, state: ClusterState, ctx: CycleContext) -> Status: ...
+    def filter(self, job: JobSpec, state: StateView, ctx: CycleContext) -> Status: ...
 
 
 class Placer(Protocol):
     name: str
 
-    def place(self, state: ClusterState, req: GroupRequest) -> list[NodeAlloc] | None:
-        """Slices for the group, or ``None`` if it cannot be placed now. Must not change ``state``."""
+    def place(self, state: StateView, req: GroupRequest) -> list[NodeAlloc] | None:
+        """Slices for the group, or ``None`` if it cannot be placed now. The scheduler checks the slices
+        (a placer that raises, or returns slices that do not fit, gives the job a ``Code.ERROR`` status)."""
         ...
 
 
@@ -81,7 +87,7 @@ class VictimChooser(Protocol):
     def choose(
         self,
         job: JobSpec,
-        state: ClusterState,
+        state: StateView,
         ctx: CycleContext,
         *,
         exclude_racks: frozenset[int],
@@ -131,6 +137,21 @@ PROFILES: dict[str, Profile] = {
     "slurm-tree": Profile(
         name="slurm-tree", placer="slurm-tree", summary="Slurm's topology/tree: best fit under one switch (rack)"
     ),
+    # The FGD paper's policies for GPU-sharing pods (Weng et al., ATC'23), as its authors' simulator scores.
+    "fgd": Profile(name="fgd", placer="fgd", summary="FGD: the node where expected GPU fragmentation grows least"),
+    "gpu-packing": Profile(
+        name="gpu-packing", placer="gpu-packing", summary="partly used GPUs first, then used nodes, then idle"
+    ),
+    "gpu-clustering": Profile(
+        name="gpu-clustering", placer="gpu-clustering", summary="nodes running pods of the same GPU shape first"
+    ),
+    "dot-prod": Profile(
+        name="dot-prod", placer="dot-prod", summary="the smallest dot product of free and asked CPU and GPU"
+    ),
+    "share-best-fit": Profile(
+        name="share-best-fit", placer="share-best-fit", summary="the least CPU and GPU left after placing"
+    ),
+    "share-random": Profile(name="share-random", placer="share-random", summary="a random node that fits"),
 }
 
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rackscale.model.state import ClusterState
+from rackscale.model.view import StateView
 from rackscale.model.workload import JobKind, JobSpec, Level, Resources
 from rackscale.scheduler.placement.request import GroupRequest
 
 
 def placement_groups(
     job: JobSpec,
-    state: ClusterState,
+    state: StateView,
     models: tuple[str, ...],
     units: int,
     *,

@@ -13,7 +13,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from rackscale.model.workload import JobKind, JobSpec
+from rackscale.model.workload import JobKind, JobSpec, PreemptionPolicy
 
 _Key = tuple[float, str]
 # What a job asks for, independent of the cycle: kind, unit, constraints, priority, whether it may preempt.
@@ -27,7 +27,7 @@ def static_shape(job: JobSpec) -> StaticShape:
         job.topology.required,
         job.topology.preferred,
         job.priority,
-        job.preemption_policy.value != "Never",
+        job.preemption_policy is not PreemptionPolicy.NEVER,  # (not ``.value``: a Python-level property)
     )
 
 
@@ -45,8 +45,9 @@ class PendingQueue:
         self._levels: dict[int, dict[str, tuple[list[_Key], list[JobSpec]]]] = {}
         self._jobs: dict[str, JobSpec] = {}
         # Summaries, built on first use and then kept up to date (a queue built for one cycle from a
-        # list may never need them): whole-GPU demands, and units asked for per static shape.
-        self._demand: Counter[int] | None = None
+        # list may never need them): whole-GPU demands (a plain dict of counts: a queue is built for
+        # every cycle, and a Counter's constructor runs in Python), and units asked for per static shape.
+        self._demand: dict[int, int] | None = None
         self._shapes: dict[StaticShape, Counter[int]] | None = None
         # Duration estimates per static shape (inf for none): a heap with lazy deletion, and live counts.
         self._durations: dict[StaticShape, tuple[list[float], Counter[float]]] | None = None
@@ -58,26 +59,44 @@ class PendingQueue:
         for j in jobs:
             latest[j.name] = j  # a later job of the same name replaces an earlier one, as ``add`` does
         ordered = sorted(latest.values(), key=lambda j: (j.priority, j.queue, j.submit_time, j.name))
-        demand: Counter[int] = Counter()
+        demand: dict[int, int] = {}
         for j in ordered:
             keys, items = self._levels.setdefault(j.priority, {}).setdefault(j.queue, ([], []))
             keys.append((j.submit_time, j.name))
             items.append(j)
-            demand[whole_demand(j)] += 1
+            d = whole_demand(j)
+            demand[d] = demand.get(d, 0) + 1
         self._demand = demand
         self._jobs.update(latest)
 
-    def _demands(self) -> Counter[int]:
+    def _demands(self) -> dict[int, int]:
         if self._demand is None:
-            self._demand = Counter(whole_demand(j) for j in self._jobs.values())
+            self._demand = {}
+            for j in self._jobs.values():
+                d = whole_demand(j)
+                self._demand[d] = self._demand.get(d, 0) + 1
         return self._demand
 
     def _shape_units(self) -> dict[StaticShape, Counter[int]]:
         if self._shapes is None:
             self._shapes = {}
             for j in self._jobs.values():
-                self._shapes.setdefault(static_shape(j), Counter())[j.required_units] += 1
+                self._count_units(j, +1)
         return self._shapes
+
+    def _count_units(self, job: JobSpec, sign: int) -> None:
+        """Count ``job``'s units in its static shape (no ``setdefault(key, Counter())``: that would build
+        a Counter, in Python, for every job)."""
+        assert self._shapes is not None
+        shape = static_shape(job)
+        units = self._shapes.get(shape)
+        if units is None:
+            units = self._shapes[shape] = Counter()
+        units[job.required_units] += sign
+        if not units[job.required_units]:
+            del units[job.required_units]
+            if not units:
+                del self._shapes[shape]
 
     def _shape_durations(self) -> dict[StaticShape, tuple[list[float], Counter[float]]]:
         if self._durations is None:
@@ -89,7 +108,11 @@ class PendingQueue:
     def _note_duration(self, job: JobSpec, sign: int) -> None:
         assert self._durations is not None
         d = job.duration_estimate_s if job.duration_estimate_s is not None else math.inf
-        heap, live = self._durations.setdefault(static_shape(job), ([], Counter()))
+        shape = static_shape(job)
+        entry = self._durations.get(shape)
+        if entry is None:
+            entry = self._durations[shape] = ([], Counter())
+        heap, live = entry
         live[d] += sign
         if sign > 0 and live[d] == 1:
             heapq.heappush(heap, d)
@@ -115,9 +138,10 @@ class PendingQueue:
         jobs.insert(i, job)
         self._jobs[job.name] = job
         if self._demand is not None:
-            self._demand[whole_demand(job)] += 1
+            d = whole_demand(job)
+            self._demand[d] = self._demand.get(d, 0) + 1
         if self._shapes is not None:
-            self._shapes.setdefault(static_shape(job), Counter())[job.required_units] += 1
+            self._count_units(job, +1)
         if self._durations is not None:
             self._note_duration(job, +1)
 
@@ -139,13 +163,7 @@ class PendingQueue:
             if not self._demand[d]:
                 del self._demand[d]
         if self._shapes is not None:
-            shape = static_shape(job)
-            units = self._shapes[shape]
-            units[job.required_units] -= 1
-            if not units[job.required_units]:
-                del units[job.required_units]
-                if not units:
-                    del self._shapes[shape]
+            self._count_units(job, -1)
         if self._durations is not None:
             self._note_duration(job, -1)
         return job

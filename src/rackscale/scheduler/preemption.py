@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from rackscale.model.state import ClusterState, RunningJob
+from rackscale.model.running import RunningJob
 from rackscale.model.topology import MILLI_PER_GPU, Rack
+from rackscale.model.view import StateView
 from rackscale.model.workload import JobKind, JobSpec, Level
 from rackscale.scheduler.filters import allowed_models
 from rackscale.scheduler.framework import VICTIM_CHOOSERS, CycleContext, VictimChoice
@@ -34,7 +35,7 @@ def lost_work(rj: RunningJob, now: float) -> float:
     return max(0.0, now - last_checkpoint(rj, now)) * rj.placement.gpu_milli / MILLI_PER_GPU
 
 
-def _healthy_whole_by_node(state: ClusterState, rj: RunningJob, rack: int) -> dict[int, int]:
+def _healthy_whole_by_node(state: StateView, rj: RunningJob, rack: int) -> dict[int, int]:
     """Whole GPUs ``rj`` would give back on each healthy node of ``rack`` (failed hardware frees nothing).
 
     A shared-GPU slice counts as one GPU when it is the GPU's only user (a hopeful estimate: the
@@ -64,7 +65,7 @@ class CheapestVictims:
     def choose(
         self,
         job: JobSpec,
-        state: ClusterState,
+        state: StateView,
         ctx: CycleContext,
         *,
         exclude_racks: frozenset[int],
@@ -134,7 +135,7 @@ class CheapestVictims:
 
     def _clear_racks(
         self,
-        state: ClusterState,
+        state: StateView,
         racks: list[Rack],
         need: int,
         can_victimise: Callable[[RunningJob], bool],

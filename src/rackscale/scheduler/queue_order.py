@@ -12,8 +12,8 @@ import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from rackscale.model.state import ClusterState
 from rackscale.model.topology import MILLI_PER_GPU
+from rackscale.model.view import StateView
 from rackscale.model.workload import JobSpec
 from rackscale.scheduler.framework import QUEUE_SORTS, CycleContext
 from rackscale.scheduler.pending import PendingQueue
@@ -28,7 +28,7 @@ class Capacity:
     memory_mib: int
 
     @classmethod
-    def of(cls, state: ClusterState) -> Capacity:
+    def of(cls, state: StateView) -> Capacity:
         c = state.cluster
         return cls(
             gpu_milli=max(c.total_gpus * MILLI_PER_GPU, 1),
@@ -37,7 +37,7 @@ class Capacity:
         )
 
 
-def dominant_share(state: ClusterState, queue: str, weight: float, cap: Capacity) -> float:
+def dominant_share(state: StateView, queue: str, weight: float, cap: Capacity) -> float:
     """max(GPU, CPU, memory share of the cluster held by ``queue``) / ``weight`` (DRF)."""
     u = state.queue_usage.get(queue)
     if u is None:
@@ -56,10 +56,13 @@ class PriorityFairShare:
     def __init__(self) -> None:
         self._cap: tuple[object, Capacity] | None = None
 
-    def order(self, pending: PendingQueue, state: ClusterState, ctx: CycleContext) -> Iterator[JobSpec]:
+    def order(self, pending: PendingQueue, state: StateView, ctx: CycleContext) -> Iterator[JobSpec]:
         cap = self._capacity(state)
         for prio in pending.priorities():
             by_queue = pending.queues_at(prio)  # each already in submit order: no sort per cycle
+            if len(by_queue) == 1:  # no other queue to compete with: its submit order is the order
+                yield from next(iter(by_queue.values()))
+                continue
             heads = dict.fromkeys(by_queue, 0)
             heap = [(self._share(state, ctx, q, cap), _job_key(js[0]), q) for q, js in by_queue.items()]
             heapq.heapify(heap)
@@ -72,13 +75,13 @@ class PriorityFairShare:
                     # The share moved if the job was placed: re-read it before the queue competes again.
                     heapq.heappush(heap, (self._share(state, ctx, q, cap), _job_key(js[heads[q]]), q))
 
-    def _capacity(self, state: ClusterState) -> Capacity:
+    def _capacity(self, state: StateView) -> Capacity:
         if self._cap is None or self._cap[0] is not state.cluster:
             self._cap = (state.cluster, Capacity.of(state))
         return self._cap[1]
 
     @staticmethod
-    def _share(state: ClusterState, ctx: CycleContext, queue: str, cap: Capacity) -> float:
+    def _share(state: StateView, ctx: CycleContext, queue: str, cap: Capacity) -> float:
         cfg = ctx.queues.get(queue)
         return dominant_share(state, queue, cfg.weight if cfg else 1.0, cap)
 
@@ -86,7 +89,7 @@ class PriorityFairShare:
 class PriorityFifo:
     name = "priority-fifo"
 
-    def order(self, pending: PendingQueue, state: ClusterState, ctx: CycleContext) -> Iterator[JobSpec]:
+    def order(self, pending: PendingQueue, state: StateView, ctx: CycleContext) -> Iterator[JobSpec]:
         for prio in pending.priorities():
             merged = [j for js in pending.queues_at(prio).values() for j in js]
             yield from sorted(merged, key=lambda j: (j.submit_time, j.name))

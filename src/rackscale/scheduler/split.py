@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from rackscale.model.state import ClusterState
+from rackscale.model.view import StateView
 from rackscale.model.workload import JobSpec
 from rackscale.network.collectives import Layout, training_step
 
@@ -28,7 +28,7 @@ class SplitAdvisor:
     def new_cycle(self) -> None:
         self._room = None
 
-    def split_pays_off(self, job: JobSpec, state: ClusterState, now: float) -> bool:
+    def split_pays_off(self, job: JobSpec, state: StateView, now: float) -> bool:
         duration = job.duration_estimate_s
         total = job.total_gpus
         if duration is None or job.comm.bytes_per_step <= 0 or total < 2 or total > state.cluster.max_rack_gpus:
@@ -36,7 +36,7 @@ class SplitAdvisor:
         extra = (self._slowdown_of(job, state) - 1.0) * duration
         return extra < self._wait_for_rack(state, total, now)
 
-    def _slowdown_of(self, job: JobSpec, state: ClusterState) -> float:
+    def _slowdown_of(self, job: JobSpec, state: StateView) -> float:
         key = (job.total_gpus, job.comm.bytes_per_step, job.comm.compute_s_per_step, job.comm.collective)
         got = self._slowdown.get(key)
         if got is None:
@@ -47,7 +47,7 @@ class SplitAdvisor:
             got = self._slowdown[key] = two / one if one > 0 else 1.0
         return got
 
-    def _wait_for_rack(self, state: ClusterState, gpus: int, now: float) -> float:
+    def _wait_for_rack(self, state: StateView, gpus: int, now: float) -> float:
         """Seconds until some rack is expected to have ``gpus`` whole GPUs free (inf if no estimate says)."""
         if self._room is None:
             self._room = _RackRoom(state, now)
@@ -59,7 +59,7 @@ class _RackRoom:
     soonest first. Read lazily: a question about ``k`` walks the ends only as far as ``k`` needs, and the
     walk resumes there for a larger ``k`` (one pass per cycle at most)."""
 
-    def __init__(self, state: ClusterState, now: float) -> None:
+    def __init__(self, state: StateView, now: float) -> None:
         self._state = state
         self._now = now
         self._free = list(state.rack_whole)

@@ -15,6 +15,9 @@ class Code(StrEnum):
     UNRESOLVABLE = "UnschedulableAndUnresolvable"
     # Held back on purpose: a reservation for a larger job, or a queue quota.
     WAIT = "Wait"
+    # A bug of rackscale's, not the job's or the cluster's: a plugin raised or returned something invalid.
+    # The job stays pending and is tried again next cycle; the other jobs of the cycle are not affected.
+    ERROR = "Error"
 
 
 class Reason(StrEnum):
@@ -30,6 +33,7 @@ class Reason(StrEnum):
     FRAGMENTED = "Fragmented"
     TOPOLOGY = "TopologyNotAvailable"
     NO_CPU_MEMORY = "InsufficientCPUOrMemory"
+    INTERNAL_ERROR = "InternalError"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,10 @@ def unschedulable(reason: Reason, message: str, plugin: str = "") -> Status:
 
 def unresolvable(reason: Reason, message: str, plugin: str = "") -> Status:
     return Status(Code.UNRESOLVABLE, reason, message, plugin)
+
+
+def internal_error(message: str, plugin: str = "") -> Status:
+    return Status(Code.ERROR, Reason.INTERNAL_ERROR, message, plugin)
 
 
 def wait(reason: Reason, message: str, plugin: str = "", *, at: float | None = None, when: str = "") -> Status:

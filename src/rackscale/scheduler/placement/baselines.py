@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from rackscale.model.placement import NodeAlloc
-from rackscale.model.state import ClusterState
+from rackscale.model.view import StateView
 from rackscale.scheduler.placement.request import (
     GroupRequest,
     fill_best_fit,
@@ -33,7 +33,7 @@ Allocs = list[NodeAlloc]
 
 
 def one_region_at_a_time(
-    state: ClusterState, req: GroupRequest, place: Callable[[GroupRequest], Allocs | None], *, roomiest_first: bool
+    state: StateView, req: GroupRequest, place: Callable[[GroupRequest], Allocs | None], *, roomiest_first: bool
 ) -> Allocs | None:
     """Honour a required region for placers that do not think in regions: try one region at a time
     (roomiest first for spreading placers, tightest first for packing ones)."""
@@ -63,7 +63,7 @@ class FirstFitSpread:
     def __init__(self, seed: int = 0) -> None:
         self._rng = random.Random(seed)
 
-    def place(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+    def place(self, state: StateView, req: GroupRequest) -> Allocs | None:
         if req.one_region and not req.one_rack:
             return one_region_at_a_time(state, req, lambda r: self.place(state, r), roomiest_first=True)
         if req.one_rack:
@@ -93,7 +93,7 @@ def _shuffled(rng: random.Random, items: list[int]) -> Iterator[int]:
         yield items[i]
 
 
-def _spread(state: ClusterState, nodes: Iterable[int], req: GroupRequest) -> Allocs | None:
+def _spread(state: StateView, nodes: Iterable[int], req: GroupRequest) -> Allocs | None:
     """One unit per node, most-free nodes first; further rounds while units remain (LeastAllocated).
 
     Reads only as many nodes as there are units: a node's score drops once it takes a unit, so the next
@@ -130,7 +130,7 @@ def _spread(state: ClusterState, nodes: Iterable[int], req: GroupRequest) -> All
 class BestFitNoTopology:
     name = "best-fit"
 
-    def place(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+    def place(self, state: StateView, req: GroupRequest) -> Allocs | None:
         if req.one_region and not req.one_rack:
             return one_region_at_a_time(state, req, lambda r: self.place(state, r), roomiest_first=False)
         if req.one_rack:
@@ -155,7 +155,7 @@ class RandomPlacer:
     def __init__(self, seed: int = 0) -> None:
         self._rng = random.Random(seed)
 
-    def place(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+    def place(self, state: StateView, req: GroupRequest) -> Allocs | None:
         if req.one_region and not req.one_rack:
             return one_region_at_a_time(state, req, lambda r: self.place(state, r), roomiest_first=False)
         if req.one_rack:
@@ -191,7 +191,7 @@ class RandomPlacer:
 class SlurmTree:
     name = "slurm-tree"
 
-    def place(self, state: ClusterState, req: GroupRequest) -> Allocs | None:
+    def place(self, state: StateView, req: GroupRequest) -> Allocs | None:
         if req.one_region and not req.one_rack:
             return one_region_at_a_time(state, req, lambda r: self.place(state, r), roomiest_first=False)
         total = max(req.total_gpus, 1)

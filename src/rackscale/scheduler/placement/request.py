@@ -7,12 +7,13 @@ live here too; they look only at the nodes of one rack or at index buckets, neve
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from rackscale.model.placement import NodeAlloc
-from rackscale.model.state import ClusterState
 from rackscale.model.topology import MILLI_PER_GPU
+from rackscale.model.view import StateView
 from rackscale.model.workload import Resources
 
 UNLIMITED = 1 << 30
@@ -46,7 +47,7 @@ class GroupRequest:
         return self.only_racks is None or rack in self.only_racks
 
 
-def units_fit(state: ClusterState, n: int, unit: Resources) -> int:
+def units_fit(state: StateView, n: int, unit: Resources) -> int:
     """How many units of ``unit`` node ``n`` can take now."""
     if state.node_down[n]:
         return 0
@@ -65,7 +66,7 @@ def units_fit(state: ClusterState, n: int, unit: Resources) -> int:
     return k
 
 
-def take_units(state: ClusterState, n: int, unit: Resources, k: int) -> list[NodeAlloc]:
+def take_units(state: StateView, n: int, unit: Resources, k: int) -> list[NodeAlloc]:
     """Slices for ``k`` units on node ``n`` (the caller checked :func:`units_fit`). Fractional units
     go to the GPU whose free share fits most tightly, so whole GPUs stay whole."""
     if unit.gpus:
@@ -82,16 +83,16 @@ def take_units(state: ClusterState, n: int, unit: Resources, k: int) -> list[Nod
     return out
 
 
-def rack_nodes_ascending(state: ClusterState, rack: int, at_least: int) -> Iterator[int]:
+def rack_nodes_ascending(state: StateView, rack: int, at_least: int) -> Iterator[int]:
     return state.rack_node_index[rack].ascending(at_least)
 
 
-def rack_nodes_descending(state: ClusterState, rack: int, at_least: int) -> Iterator[int]:
+def rack_nodes_descending(state: StateView, rack: int, at_least: int) -> Iterator[int]:
     return state.rack_node_index[rack].descending(at_least)
 
 
 def fill_best_fit(
-    state: ClusterState, candidates_asc: Iterable[int], units: int, unit: Resources, *, avoid: frozenset[int]
+    state: StateView, candidates_asc: Iterable[int], units: int, unit: Resources, *, avoid: frozenset[int]
 ) -> list[NodeAlloc] | None:
     """Place ``units`` on the given nodes (fewest-free first), best fit: the remainder goes to the
     tightest node that holds it all, else the roomiest node is filled and we go on. ``None`` if they
@@ -124,7 +125,7 @@ def fill_best_fit(
 
 
 def fill_in_order(
-    state: ClusterState, nodes: Iterable[int], units: int, unit: Resources, *, avoid: frozenset[int]
+    state: StateView, nodes: Iterable[int], units: int, unit: Resources, *, avoid: frozenset[int]
 ) -> list[NodeAlloc] | None:
     """Place ``units`` on nodes in the given order, as many as fit on each (first fit)."""
     out: list[NodeAlloc] = []
@@ -141,11 +142,11 @@ def fill_in_order(
     return None
 
 
-def _merged(state: ClusterState, models: tuple[str, ...]) -> list[list[set[int]]]:
+def _merged(state: StateView, models: tuple[str, ...]) -> list[Sequence[AbstractSet[int]]]:
     return [ix.buckets for m in models if (ix := state.rack_index_all.get(m)) is not None]
 
 
-def racks_ascending(state: ClusterState, models: tuple[str, ...], at_least: int) -> Iterator[int]:
+def racks_ascending(state: StateView, models: tuple[str, ...], at_least: int) -> Iterator[int]:
     """Racks of any allowed model with >= ``at_least`` whole free GPUs, fewest free first."""
     if len(models) == 1:
         yield from state.racks_ascending(models[0], at_least)
@@ -157,7 +158,7 @@ def racks_ascending(state: ClusterState, models: tuple[str, ...], at_least: int)
                 yield from b[c]
 
 
-def racks_descending(state: ClusterState, models: tuple[str, ...], at_least: int) -> Iterator[int]:
+def racks_descending(state: StateView, models: tuple[str, ...], at_least: int) -> Iterator[int]:
     if len(models) == 1:
         yield from state.racks_descending(models[0], at_least)
         return
@@ -168,12 +169,12 @@ def racks_descending(state: ClusterState, models: tuple[str, ...], at_least: int
                 yield from b[c]
 
 
-def nodes_ascending(state: ClusterState, models: tuple[str, ...], at_least: int) -> Iterator[int]:
+def nodes_ascending(state: StateView, models: tuple[str, ...], at_least: int) -> Iterator[int]:
     for m in models:
         yield from state.node_index[m].ascending(at_least)
 
 
-def nodes_descending(state: ClusterState, models: tuple[str, ...], at_least: int) -> Iterator[int]:
+def nodes_descending(state: StateView, models: tuple[str, ...], at_least: int) -> Iterator[int]:
     """Nodes with the most free whole GPUs first, across models (LeastAllocated)."""
     indexes = [state.node_index[m] for m in models]
     for c in range(len(indexes[0].buckets) - 1, max(at_least, 0) - 1, -1):

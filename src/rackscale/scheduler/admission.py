@@ -1,0 +1,91 @@
+"""Admission: what a cycle decides about a pending job before any placement search.
+
+In order: may the cycle stop here (nothing left can fit)? do the filters reject the job (static ones
+remembered per job shape)? is it fenced off a reservation's racks? did a no smaller job of its shape fail
+already this cycle? Only a job that passes all of them becomes an :class:`Attempt` for the actions.
+"""
+
+from __future__ import annotations
+
+from rackscale.model.topology import GPUCluster
+from rackscale.model.view import StateView
+from rackscale.model.workload import JobSpec
+from rackscale.scheduler.cycle import Attempt, Cycle
+from rackscale.scheduler.decisions import Reservation
+from rackscale.scheduler.framework import CycleContext, Filter
+from rackscale.scheduler.gang import GangPlacement
+from rackscale.scheduler.status import Status
+from rackscale.scheduler.waiting import CLUSTER_FULL, SAME_SHAPE_FAILED
+
+
+class Admission:
+    def __init__(self, *, filters: list[Filter], gang: GangPlacement) -> None:
+        self.filters = filters
+        self._static = [f for f in filters if f.static]
+        self._dynamic = [f for f in filters if not f.static]
+        self._static_for: GPUCluster | None = None
+        self._static_memo: dict[tuple[object, ...], Status | None] = {}
+        self.gang = gang
+
+    def stop_status(self, cycle: Cycle, job: JobSpec) -> Status | None:
+        """Why the cycle may stop before ``job`` (the next in queue order), or None to go on."""
+        if cycle.shapes is not None and len(cycle.covered) == cycle.shapes:
+            return SAME_SHAPE_FAILED  # every queued shape has failed at its smallest size: nothing else can fit
+        if cycle.examined and cycle.min_demand and _no_room_left(cycle.state, cycle.min_demand, job.priority):
+            # No remaining job fits and nobody can be preempted: the rest would fail too. (The head of
+            # the queue is always examined, so it always gets a detailed reason.)
+            return CLUSTER_FULL
+        return None
+
+    def admit(self, cycle: Cycle, job: JobSpec) -> Attempt | None:
+        """The job's attempt, or None when it waits already (its reason is recorded in ``cycle``)."""
+        state, ctx = cycle.state, cycle.ctx
+        status = self._static_status(job, state, ctx)
+        if status is not None:
+            cycle.wait(job, status)
+            return None
+        now = ctx.now
+        end = now + job.duration_estimate_s if job.duration_estimate_s is not None else None
+        exclude: frozenset[int] = frozenset()
+        r = cycle.reservation
+        if r is not None and job.name != r.job and job.priority <= r.priority and not _fits_before(end, r):
+            exclude = r.racks  # it would delay the reservation's holder: it may only be backfilled
+        attempt = Attempt(job, exclude, bool(exclude), self.gang.may_split(job, now, state))
+        if cycle.failed:  # (no failure yet: no shape to build)
+            seen = cycle.failed.get(attempt.shape)
+            if seen is not None and job.required_units >= seen.units and job.name not in state.running:
+                cycle.wait(job, seen.status)
+                return None
+        status = _run(self._dynamic, job, state, ctx)
+        if status is not None:
+            cycle.wait(job, status)
+            return None
+        return attempt
+
+    def _static_status(self, job: JobSpec, state: StateView, ctx: CycleContext) -> Status | None:
+        """The static filters' answer, remembered per job shape (they read only the job and the cluster)."""
+        if state.cluster is not self._static_for:
+            self._static_for, self._static_memo = state.cluster, {}
+        key = (job.kind, job.unit, job.units, job.min_units, job.topology.required)
+        if key in self._static_memo:
+            return self._static_memo[key]
+        st = self._static_memo[key] = _run(self._static, job, state, ctx)
+        return st
+
+
+def _run(filters: list[Filter], job: JobSpec, state: StateView, ctx: CycleContext) -> Status | None:
+    for f in filters:
+        st = f.filter(job, state, ctx)
+        if not st.ok:
+            return st
+    return None
+
+
+def _no_room_left(state: StateView, min_demand: int, priority: int) -> bool:
+    """True when fewer whole GPUs are free than the smallest pending job needs, and no running job of
+    lower priority than ``priority`` (the highest priority still to be tried) could make room."""
+    return state.free_whole_gpus < min_demand and not state.has_preemptible_below(priority)
+
+
+def _fits_before(end: float | None, reservation: Reservation) -> bool:
+    return end is not None and reservation.start is not None and end <= reservation.start
