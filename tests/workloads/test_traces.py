@@ -627,3 +627,14 @@ def test_trace_load_is_frozen(tmp_path: Path) -> None:
     assert isinstance(got.jobs, tuple) and all(isinstance(j, JobSpec) for j in got.jobs)
     with pytest.raises(AttributeError):
         got.jobs = ()  # type: ignore[misc]
+
+
+def test_alibaba_five_column_pod_list_loads(tmp_path: Path) -> None:
+    """gpu_spec and creation_time are optional: any model, submitted at 0 (the FGD experiment's lists)."""
+    path = tmp_path / "pods.csv"
+    path.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,512,1,250\np1,2000,1024,2,1000\n")
+    got = load_trace(f"alibaba:{path}", on_error="reject")
+    assert [(j.unit.gpu_milli, j.unit.gpus, j.unit.gpu_models, j.submit_time) for j in got.jobs] == [
+        (250, 0, None, 0.0),
+        (0, 2, None, 0.0),
+    ]

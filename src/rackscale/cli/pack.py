@@ -1,5 +1,5 @@
-"""``rackscale pack``: the FGD paper's static-packing experiment on the Alibaba ``openb`` trace, rackscale's
-packing policy beside the paper's baselines and its published table."""
+"""``rackscale pack``: the FGD paper's static-packing experiment on the Alibaba ``openb`` trace, run on the
+scheduler's profiles: ``rackscale`` beside the paper's policies (as profiles) and its published table."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ TRACE_DIR = Path("../shared/traces/alibaba-openb")
 DEFAULT_NODES = TRACE_DIR / "openb_node_list_gpu_node.csv"
 DEFAULT_PODS = TRACE_DIR / "openb_pod_list_default.csv"
 POLICY_HELP = (
-    "Policy to run (repeatable): rackscale, Random, DotProd, GpuClustering, GpuPacking, BestFit, FGD. "
-    "Default: rackscale and the five baselines."
+    "Policy to run (repeatable): rackscale, Random, DotProd, GpuClustering, GpuPacking, BestFit, FGD "
+    "(profiles rackscale, share-random, dot-prod, gpu-clustering, gpu-packing, share-best-fit, fgd). Default: all."
 )
 COLUMNS = (
     ("80", "80 %"),
@@ -79,17 +79,20 @@ def _cells(row: dict[str, float]) -> list[str]:
 
 def render(report: dict[str, Any], *, console: Console) -> None:
     """Measured rows, each followed by the paper's row for the same policy (FGD's for rackscale)."""
+    from rackscale.pack.experiment import PROFILE_OF
+
     seeds = report["seeds"]
     table = Table(
         title=f"GPU allocation ratio (%) when arrived GPU demand reaches x % of {report['capacity_gpus']:,} GPUs "
         + (f"(seed {seeds[0]})" if len(seeds) == 1 else f"(mean of {len(seeds)} seeds: {seeds[0]}..{seeds[-1]})")
     )
-    table.add_column("policy", no_wrap=True)
+    table.add_column("policy (profile)", no_wrap=True)
     for _, title in COLUMNS:
         table.add_column(title, justify="right")
     table.add_column("failed pods", justify="right")
     for name, row in report["policies"].items():
-        table.add_row(name, *_cells(row), f"{row['failed_pods']:.0f}")
+        label_row = name if PROFILE_OF[name] == name else f"{name} ({PROFILE_OF[name]})"
+        table.add_row(label_row, *_cells(row), f"{row['failed_pods']:.0f}")
         paper_name = "FGD" if name == "rackscale" else name
         paper = report["published"].get(paper_name)
         if paper is not None:
@@ -106,7 +109,9 @@ def render(report: dict[str, Any], *, console: Console) -> None:
 def pack(
     nodes: Path = typer.Option(DEFAULT_NODES, "--nodes", help="Node list CSV (sn, cpu_milli, memory_mib, gpu, model)."),
     pods: Path = typer.Option(
-        DEFAULT_PODS, "--pods", help="Pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec)."
+        DEFAULT_PODS,
+        "--pods",
+        help="Pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli; gpu_spec optional: empty = any model).",
     ),
     seeds: int = typer.Option(10, "--seeds", min=1, help="Use the first N seeds of 42, 43, ... (the paper uses 10)."),
     policies: list[str] | None = typer.Option(None, "--policy", help=POLICY_HELP),
@@ -122,15 +127,15 @@ def pack(
       rackscale pack --seeds 1 --policy rackscale --policy BestFit\n
       rackscale pack --json > pack.json
     """
-    from rackscale.pack.experiment import DEFAULT_SEEDS, PUBLISHED, run_experiment, summarize
-    from rackscale.pack.io import TraceError, read_nodes, read_pods
+    from rackscale.model.spec_errors import SpecError
+    from rackscale.pack.experiment import DEFAULT_SEEDS, PROFILE_OF, PUBLISHED, run_experiment, summarize
+    from rackscale.pack.trace import Trace
 
     chosen = _policies(policies)
     seed_list = [DEFAULT_SEEDS[0] + i for i in range(seeds)]
     try:
-        cluster = read_nodes(_existing(nodes, "--nodes"))
-        trace = read_pods(_existing(pods, "--pods"))
-    except TraceError as err:
+        trace = Trace.read(nodes=_existing(nodes, "--nodes"), pods=_existing(pods, "--pods"))
+    except SpecError as err:
         fail(str(err))
     jobs = len(chosen) * len(seed_list)
     procs = min(workers or os.cpu_count() or 1, jobs)
@@ -153,21 +158,21 @@ def pack(
         if procs > 1:
             with ProcessPoolExecutor(max_workers=procs) as pool:
                 results = run_experiment(
-                    nodes=cluster,
-                    pods=trace,
+                    trace=trace,
                     policies=chosen,
                     seeds=seed_list,
                     mapper=_pool_mapper(pool),
                     on_result=tick,
                 )
         else:
-            results = run_experiment(nodes=cluster, pods=trace, policies=chosen, seeds=seed_list, on_result=tick)
+            results = run_experiment(trace=trace, policies=chosen, seeds=seed_list, on_result=tick)
     summary = summarize(results)
     report: dict[str, Any] = {
         "policies": {name: summary[name] for name in chosen},
         "published": PUBLISHED,
         "seeds": seed_list,
-        "capacity_gpus": cluster.total_gpus,
+        "profiles": {name: PROFILE_OF[name] for name in chosen},
+        "capacity_gpus": trace.capacity_gpus,
         "runtime_s": round(time.perf_counter() - started, 1),
     }
     if as_json:

@@ -1,31 +1,32 @@
-"""Static packing of GPU-sharing pods: the FGD paper's experiment (Weng et al., ATC'23) and rackscale's policy.
-
-Pure apart from :mod:`rackscale.pack.io`, which reads the trace CSVs.
-"""
+"""Static packing of GPU-sharing pods: the FGD paper's experiment (Weng et al., ATC'23) run on the product's
+scheduler profiles (``rackscale`` and the paper's policies as profiles)."""
 
 from rackscale.pack.experiment import (
     ALL_POLICIES,
     DEFAULT_POLICIES,
     DEFAULT_SEEDS,
+    PROFILE_OF,
     PUBLISHED,
     RunResult,
-    make_policy,
+    give_workload,
+    make_placer,
     run,
     run_experiment,
     summarize,
 )
-from rackscale.pack.trace import Nodes, Pods, inflate
+from rackscale.pack.trace import Trace, inflate
 
 __all__ = [
     "ALL_POLICIES",
     "DEFAULT_POLICIES",
     "DEFAULT_SEEDS",
+    "PROFILE_OF",
     "PUBLISHED",
-    "Nodes",
-    "Pods",
     "RunResult",
+    "Trace",
+    "give_workload",
     "inflate",
-    "make_policy",
+    "make_placer",
     "run",
     "run_experiment",
     "summarize",

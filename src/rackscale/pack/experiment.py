@@ -1,32 +1,45 @@
 """The static-packing experiment of the FGD paper: pods arrive one at a time and never leave; the GPU
-allocation ratio is recorded each time the arrived GPU demand crosses a whole percent of capacity."""
+allocation ratio is recorded each time the arrived GPU demand crosses a whole percent of capacity.
+
+Every policy is a scheduler profile (:data:`rackscale.scheduler.framework.PROFILES`): the pods go through the
+product's path, ``placement_groups`` and the profile's placer, into a :class:`ClusterState`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from rackscale.pack.fgd import FGDPolicy, TargetWorkload
-from rackscale.pack.policies import (
-    BestFitPolicy,
-    DotProdPolicy,
-    GpuClusteringPolicy,
-    GpuPackingPolicy,
-    Policy,
-    RandomPolicy,
-)
-from rackscale.pack.rackscale_policy import PodTypes, RackscalePolicy
-from rackscale.pack.state import PackState, requests_of
-from rackscale.pack.trace import MILLI, Nodes, Pods, inflate
+from rackscale.model.placement import Placement
+from rackscale.model.state import ClusterState
+from rackscale.model.topology import MILLI_PER_GPU
+from rackscale.pack.trace import Trace, inflate
+from rackscale.scheduler.filters import allowed_models
+from rackscale.scheduler.framework import PLACERS, PROFILES, CycleContext, Placer
+from rackscale.scheduler.groups import placement_groups
+from rackscale.scheduler.placement.fgd import Workload
+from rackscale.scheduler.placement.request import GroupRequest
+from rackscale.scheduler.placement.topology_pack import TopologyPack
+from rackscale.scheduler.scheduler import ResourceScheduler
 
 DEFAULT_SEEDS = tuple(range(42, 52))
 INFLATION = 1.3
 CHECKPOINTS = (80, 90, 100, 130)
-BASELINES = ("Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit")
-DEFAULT_POLICIES = ("rackscale", *BASELINES)
-ALL_POLICIES = (*DEFAULT_POLICIES, "FGD")
+# The paper's name of each policy -> the scheduler profile that runs it.
+PROFILE_OF: dict[str, str] = {
+    "rackscale": "rackscale",
+    "Random": "share-random",
+    "DotProd": "dot-prod",
+    "GpuClustering": "gpu-clustering",
+    "GpuPacking": "gpu-packing",
+    "BestFit": "share-best-fit",
+    "FGD": "fgd",
+}
+ALL_POLICIES = tuple(PROFILE_OF)
+DEFAULT_POLICIES = ALL_POLICIES
 
 # GPU allocation ratio (%) on openb_pod_list_default, mean of seeds 42..51 (Weng et al., ATC'23).
 PUBLISHED: dict[str, dict[str, float]] = {
@@ -39,22 +52,39 @@ PUBLISHED: dict[str, dict[str, float]] = {
 }
 
 
-def make_policy(name: str, *, nodes: Nodes, pods: Pods) -> Policy:
-    """A fresh policy; the FGD family measures fragmentation against the trace's own pod-type mix."""
-    simple: dict[str, Callable[[], Policy]] = {
-        "Random": RandomPolicy,
-        "DotProd": DotProdPolicy,
-        "GpuClustering": GpuClusteringPolicy,
-        "GpuPacking": GpuPackingPolicy,
-        "BestFit": BestFitPolicy,
-    }
-    if name in simple:
-        return simple[name]()
-    if name == "FGD":
-        return FGDPolicy(workload=TargetWorkload.of(pods=pods, models=nodes.models))
-    if name == "rackscale":
-        return RackscalePolicy(types=PodTypes.of(pods=pods, nodes=nodes))
-    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
+@runtime_checkable
+class TakesWorkload(Protocol):
+    def set_workload(self, workload: Workload) -> None: ...
+
+
+def make_placer(policy: str, *, trace: Trace, seed: int) -> Placer:
+    """The profile's placer, told the trace's pod-type mix (the paper measures fragmentation against it)."""
+    if policy not in PROFILE_OF:
+        raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(ALL_POLICIES)}")
+    placer = PLACERS[PROFILES[PROFILE_OF[policy]].placer](seed)
+    give_workload(placer, trace.workload())
+    return placer
+
+
+def give_workload(placer: Placer | ResourceScheduler, workload: Workload) -> None:
+    """Tell a placer (or a scheduler's placer) the pod-type mix, where it measures fragmentation."""
+    if isinstance(placer, ResourceScheduler):
+        placer = placer.placer
+    target = placer.sharing if isinstance(placer, TopologyPack) else placer
+    if isinstance(target, TakesWorkload):
+        target.set_workload(workload)
+
+
+def requests(trace: Trace, state: ClusterState) -> list[GroupRequest]:
+    """The one placement group of each pod, as the scheduler builds it."""
+    ctx = CycleContext(now=0.0, queues={}, models=trace.cluster.gpu_models)
+    out: list[GroupRequest] = []
+    for job in trace.pods:
+        groups = placement_groups(
+            job, state, allowed_models(job, ctx), 1, exclude=frozenset(), only=None, allow_split=lambda: True
+        )
+        out.append(groups[0][0])
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,35 +101,31 @@ class RunResult:
         return self.curve[percent - 1]
 
 
-def run(*, nodes: Nodes, pods: Pods, policy: str, seed: int, ratio: float = INFLATION) -> RunResult:
+def run(*, trace: Trace, policy: str, seed: int, ratio: float = INFLATION) -> RunResult:
     """One seed of one policy: inflate the trace, then offer each pod once, in order."""
-    capacity = nodes.total_gpus
-    arrivals = inflate(pods=pods, capacity_gpus=capacity, ratio=ratio, seed=seed)
-    requests = requests_of(pods=pods, nodes=nodes)
-    state = PackState(nodes)
-    chosen = make_policy(policy, nodes=nodes, pods=pods)
-    chosen.reset(state)
-    # Tie-breaks draw from their own stream, so every policy sees the same arrivals for a seed.
-    rng = np.random.default_rng([seed, 1])
-    demand = pods.demand_milli[arrivals.order]
-    cumulative = np.cumsum(demand)
+    capacity = trace.capacity_gpus
+    demand_of = trace.demand_milli
+    arrivals = inflate(demand=demand_of, capacity_gpus=capacity, ratio=ratio, seed=seed)
+    state = ClusterState(trace.cluster)
+    placer = make_placer(policy, trace=trace, seed=seed)
+    reqs = requests(trace, state)
+    cumulative = np.cumsum(demand_of[arrivals.order])
     top = int(ratio * 100 + 1e-9)
     # marks[p-1]: the arrival after which demand first reached p % of capacity (p = 1 .. top).
-    marks = np.searchsorted(cumulative, np.arange(1, top + 1) * capacity * MILLI / 100.0, side="left").tolist()
+    marks = np.searchsorted(cumulative, np.arange(1, top + 1) * capacity * MILLI_PER_GPU / 100.0, side="left")
     curve: list[float] = []
     placed = failed = 0
     for i, pod in enumerate(arrivals.order.tolist()):
-        req = requests[pod]
-        feasible = state.feasible(req)
-        if feasible.any():
-            node, gpus = chosen.choose(state, req, feasible, rng)
-            state.place(node, gpus, req)
-            chosen.update(state, node)
+        allocs = placer.place(state, reqs[pod])
+        if allocs:
+            job = trace.pods[pod]
+            job = replace(job, name=f"{job.name}#{i}")  # inflation copies are separate pods
+            state.allocate(job, Placement(job.name, tuple(allocs), 1), now=0.0)
             placed += 1
         else:
             failed += 1
         while len(curve) < len(marks) and marks[len(curve)] == i:
-            curve.append(100.0 * state.allocated_milli / (capacity * MILLI))
+            curve.append(100.0 * state.used_milli / (capacity * MILLI_PER_GPU))
     return RunResult(
         policy=policy,
         seed=seed,
@@ -115,14 +141,13 @@ def run(*, nodes: Nodes, pods: Pods, policy: str, seed: int, ratio: float = INFL
 class Job:
     """One (policy, seed) run, picklable so a process pool can take it."""
 
-    nodes: Nodes
-    pods: Pods
+    trace: Trace
     policy: str
     seed: int
 
 
 def run_job(job: Job) -> RunResult:
-    return run(nodes=job.nodes, pods=job.pods, policy=job.policy, seed=job.seed)
+    return run(trace=job.trace, policy=job.policy, seed=job.seed)
 
 
 Mapper = Callable[[Callable[[Job], RunResult], Iterable[Job]], Iterator[RunResult]]
@@ -130,8 +155,7 @@ Mapper = Callable[[Callable[[Job], RunResult], Iterable[Job]], Iterator[RunResul
 
 def run_experiment(
     *,
-    nodes: Nodes,
-    pods: Pods,
+    trace: Trace,
     policies: Iterable[str] = DEFAULT_POLICIES,
     seeds: Iterable[int] = DEFAULT_SEEDS,
     mapper: Mapper | None = None,
@@ -145,7 +169,7 @@ def run_experiment(
             raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
     # Slow policies first, so a pool does not end on one long straggler.
     order = sorted(names, key=lambda p: p not in ("rackscale", "FGD"))
-    jobs = [Job(nodes=nodes, pods=pods, policy=p, seed=s) for p in order for s in seeds]
+    jobs = [Job(trace=trace, policy=p, seed=s) for p in order for s in seeds]
     results: list[RunResult] = []
     for res in (mapper or map)(run_job, jobs):
         results.append(res)

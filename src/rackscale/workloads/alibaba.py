@@ -10,7 +10,8 @@ scheduled_time``): each pod is a batch job of one task named as the pod, in the 
 - no GPU: ``num_gpu == 0`` gives a CPU-only task, ``Resources(gpus=0, gpu_milli=0)``;
 
 plus ``cpu_milli`` and ``memory_mib``, and ``gpu_models = set(gpu_spec.split('|'))`` (empty: any model).
-``pod_phase`` and ``scheduled_time`` are not used.
+``pod_phase`` and ``scheduled_time`` are not used. Only the first five columns are required: without
+``gpu_spec`` a pod takes any model, without ``creation_time`` every pod is submitted at time 0.
 
 Nodes (``sn,cpu_milli,memory_mib,gpu,model``): one node per row, each its own rack (the trace names no
 NVLink domains: a rack is the node), all in one region. A node with 0 GPUs is a CPU-only node (model ``''``).
@@ -27,7 +28,13 @@ from rackscale.model.topology import MILLI_PER_GPU, GPUCluster, NodeDecl
 from rackscale.model.workload import JobKind, JobSpec, Resources, TopologyConstraint
 from rackscale.workloads.generic import OnError, RowCheck, TraceLoad, TraceOptions, gpu_models, open_csv
 
-__all__ = ["ALIBABA_NODE_COLUMNS", "ALIBABA_POD_COLUMNS", "load_alibaba_nodes", "load_alibaba_pods"]
+__all__ = [
+    "ALIBABA_NODE_COLUMNS",
+    "ALIBABA_POD_COLUMNS",
+    "ALIBABA_POD_REQUIRED",
+    "load_alibaba_nodes",
+    "load_alibaba_pods",
+]
 
 ALIBABA_POD_COLUMNS: tuple[str, ...] = (
     "name",
@@ -42,7 +49,10 @@ ALIBABA_POD_COLUMNS: tuple[str, ...] = (
     "deletion_time",
     "scheduled_time",
 )
-_POD_REQUIRED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time")
+# The five columns a pod list needs; without ``gpu_spec`` a pod takes any GPU model, without ``creation_time``
+# every pod is submitted at time 0 (a static pod list, as the FGD experiment's).
+ALIBABA_POD_REQUIRED: tuple[str, ...] = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+_POD_REQUIRED = ALIBABA_POD_REQUIRED
 ALIBABA_NODE_COLUMNS: tuple[str, ...] = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 _BIG = 1 << 62
 _BATCH_TOPOLOGY = TopologyConstraint(required=None, preferred=None)  # what `batch()` gives
@@ -71,12 +81,12 @@ def load_alibaba_pods(
     opts.check()
     table = open_csv(path, what="openb pod list", required=_POD_REQUIRED)
     c = table.columns
-    optional = [c.get(k) for k in ("gpu_spec", "qos", "deletion_time")]
+    optional = [c.get(k) for k in ("gpu_spec", "qos", "deletion_time", "creation_time")]
     problems: list[SpecProblem] = []
     records: list[tuple[float, JobSpec]] = []
     seen: dict[str, int] = {}
     for line, row in table.rows(problems):
-        spec, qos, deleted = (row[i] if i is not None else None for i in optional)
+        spec, qos, deleted, born = (row[i] if i is not None else None for i in optional)
         check = RowCheck(line, problems)
         name = check.text("name", row[c["name"]])
         cpu = check.whole("cpu_milli", row[c["cpu_milli"]], high=_BIG)
@@ -85,7 +95,7 @@ def load_alibaba_pods(
         milli = check.whole("gpu_milli", row[c["gpu_milli"]], high=MILLI_PER_GPU)
         models = gpu_models(spec or None, check, "gpu_spec")
         queue = check.text("qos", qos, required=False) or "default"
-        created = check.number("creation_time", row[c["creation_time"]])
+        created = check.number("creation_time", born) if "creation_time" in c else 0.0
         end = check.number("deletion_time", deleted, required=False)
         if created is not None and end is not None and end < created:
             check.fail("deletion_time", f"negative duration: deleted at {end:g} s, created at {created:g} s")
