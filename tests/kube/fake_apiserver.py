@@ -13,12 +13,17 @@ What it implements (and how far):
   (:meth:`FakeAPIServer.compact`) gets one ERROR event with a 410 ``Expired`` Status, as the real server sends.
 - ``POST .../pods/{name}/binding`` and ``POST .../bindings``: sets ``spec.nodeName`` and the
   ``PodScheduled=True`` condition, answers 201 with a ``v1.Status`` (not a Binding: that is what the real
-  server does, and what trips the Python client's deserialiser). A pod already bound gets 409.
+  server does, and what trips the Python client's deserialiser). A pod already bound gets 409, and so does a
+  Binding whose ``metadata.uid`` is not the pod's (the real server's UID precondition).
 - ``PATCH .../pods/{name}/status``: strategic merge patch (``status.conditions`` merged by ``type``, other
   fields merged as maps) and JSON merge patch (RFC 7386). JSON Patch is answered 415.
-- ``POST`` nodes, pods, events; ``DELETE`` pods. ``GET``/``POST``/``PUT``/``DELETE`` leases
+- ``POST`` nodes, pods, events; ``DELETE`` pods (a ``DeleteOptions`` body's ``preconditions.uid`` that is not
+  the pod's gets 409, as on the real server). ``GET``/``POST``/``PUT``/``DELETE`` leases
   (coordination.k8s.io/v1), with optimistic concurrency: a ``PUT`` whose ``metadata.resourceVersion`` is not
   the stored one gets 409 Conflict; a ``POST`` of an existing name gets 409 AlreadyExists.
+
+Faults (:mod:`tests.kube.faults`, :meth:`FakeAPIServer.inject`): the next matching requests fail with a
+given status, or meet a change made just before they are served (the pod bound by someone else, deleted).
 
 What it does NOT implement: authentication and authorisation, admission (no defaulting, no validation of
 object schemas beyond what is read here), label and field selectors, pagination (``limit``/``continue``),
@@ -40,31 +45,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from tests.kube.fake_kinds import API_VERSION, KINDS, NAMESPACED, Change, status
+from tests.kube.fake_watch import WatchStream
+from tests.kube.faults import Fault
+
 Obj = dict[str, Any]
-
-KINDS = {"nodes": "Node", "pods": "Pod", "events": "Event", "leases": "Lease"}
-API_VERSION = {"nodes": "v1", "pods": "v1", "events": "v1", "leases": "coordination.k8s.io/v1"}
-NAMESPACED = {"nodes": False, "pods": True, "events": True, "leases": True}
-
-
-def status(code: int, reason: str, message: str, st: str = "Failure") -> Obj:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": st,
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-
-
-@dataclass
-class Change:
-    rv: int
-    kind: str
-    type: str
-    obj: Obj
 
 
 @dataclass
@@ -90,7 +75,9 @@ class FakeAPIServer:
         self.bookmark_interval = 0.2
         self.binds: list[tuple[str, str]] = []  # (namespace/pod, node) for every accepted bind
         self.bind_conflicts = 0
+        self.deletes: list[str] = []  # namespace/pod for every pod deleted through the API (not the back door)
         self.requests: list[tuple[str, str]] = []  # (method, path)
+        self.faults: list[Fault] = []
         self._expire_watches = 0  # bumped by compact(expire_watches=True): open watches end with a 410
         self._closing = False
         self._httpd: ThreadingHTTPServer | None = None
@@ -157,6 +144,21 @@ class FakeAPIServer:
         with self.cond:
             self._delete(kind, key)
 
+    def inject(self, *faults: Fault) -> None:
+        """Fail (or disturb) the next requests that match: see :mod:`tests.kube.faults`."""
+        with self.cond:
+            self.faults.extend(faults)
+
+    def _fault_for(self, method: str, path: str, body: Obj) -> Fault | None:
+        with self.cond:
+            for f in self.faults:
+                if not f.spent and f.method == method and f.path == path:
+                    f.hits += 1
+                    if f.before is not None:
+                        f.before(self, body)
+                    return f
+            return None
+
     def bump(self) -> int:
         """Advance the global resourceVersion with a write to an object nobody watches (an Event)."""
         self.put("events", {"metadata": {"name": f"bump-{uuid.uuid4().hex[:8]}", "namespace": "default"}})
@@ -208,6 +210,15 @@ class FakeAPIServer:
         target = (body.get("target") or {}).get("name")
         if not target:
             raise HTTPError(422, "Invalid", "Binding.target.name: Required value")
+        want = (body.get("metadata") or {}).get("uid")
+        if want and want != pod["metadata"]["uid"]:
+            self.bind_conflicts += 1
+            raise HTTPError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on Pod "{name}": Precondition failed: UID in precondition: '
+                f"{want}, UID in object meta: {pod['metadata']['uid']}",
+            )
         if pod.get("spec", {}).get("nodeName"):
             self.bind_conflicts += 1
             raise HTTPError(
@@ -250,6 +261,20 @@ class FakeAPIServer:
             raise HTTPError(415, "UnsupportedMediaType", f"the fake does not implement {content_type}")
         return self._write("pods", pod, create_ok=False)
 
+    def _delete_pod(self, key: str, body: Obj) -> Obj:
+        pod = self.store.objects["pods"].get(key)
+        want = (body.get("preconditions") or {}).get("uid")
+        if pod is not None and want and want != pod["metadata"]["uid"]:
+            raise HTTPError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on Pod "{pod["metadata"]["name"]}": Precondition failed: '
+                f"UID in precondition: {want}, UID in object meta: {pod['metadata']['uid']}",
+            )
+        out = self._delete("pods", key)
+        self.deletes.append(key)
+        return out
+
     def _lease_put(self, ns: str, name: str, body: Obj) -> Obj:
         key = f"{ns}/{name}"
         old = self.store.objects["leases"].get(key)
@@ -285,9 +310,10 @@ def _merge(base: Any, patch: Any) -> Any:
     return out
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(WatchStream, BaseHTTPRequestHandler):
     fake: FakeAPIServer
     protocol_version = "HTTP/1.1"
+    _read_body: Obj | None = None
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
@@ -302,9 +328,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _body(self) -> Obj:
-        n = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(n) if n else b"{}"
-        return json.loads(raw or b"{}")  # type: ignore[no-any-return]
+        """The request's JSON body, read once (a fault reads it before the handler does)."""
+        cached = self._read_body
+        if cached is None:
+            n = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(n) if n else b"{}"
+            cached = self._read_body = json.loads(raw or b"{}")
+        return cached
 
     def _route(self) -> tuple[str, str | None, str | None, str | None, dict[str, list[str]]]:
         """(resource, namespace, name, subresource, query) of the request path."""
@@ -329,7 +359,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self, method: str) -> None:
         self.fake.requests.append((method, self.path))
+        self._read_body = None  # one handler serves every request of a kept-alive connection
         try:
+            # Read the body off the connection first: a fault may answer without serving the request, and the
+            # client sends its next request on the same connection.
+            fault = self.fake._fault_for(method, urlparse(self.path).path, self._body())
+            if fault is not None and fault.status is not None:
+                raise HTTPError(fault.status, fault.reason, fault.message)
             resource, ns, name, sub, q = self._route()
             fake = self.fake
             if method == "GET" and name is None:
@@ -377,7 +413,9 @@ class _Handler(BaseHTTPRequestHandler):
                     self._send(200, fake._patch_status(str(ns), str(name), self._body(), ct))
                 elif method == "PUT" and resource == "leases" and sub is None:
                     self._send(200, fake._lease_put(str(ns), str(name), self._body()))
-                elif method == "DELETE" and resource in ("pods", "leases") and sub is None:
+                elif method == "DELETE" and resource == "pods" and sub is None:
+                    self._send(200, fake._delete_pod(key, self._body()))
+                elif method == "DELETE" and resource == "leases" and sub is None:
                     self._send(200, fake._delete(resource, key))
                 else:
                     raise HTTPError(405, "MethodNotAllowed", f"the fake does not implement {method} {self.path}")
@@ -398,91 +436,3 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:
         self._handle("DELETE")
-
-    # ------------------------------------------------------------------ watch
-    def _chunk(self, obj: Obj) -> None:
-        data = (json.dumps(obj) + "\n").encode()
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()
-
-    def _watch(self, resource: str, ns: str | None, q: dict[str, list[str]]) -> None:
-        fake = self.fake
-        timeout = float(q.get("timeoutSeconds", ["30"])[0])
-        bookmarks = q.get("allowWatchBookmarks", ["false"])[0] == "true"
-        since = q.get("resourceVersion", [""])[0]
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-
-        def mine(c: Change) -> bool:
-            return c.kind == resource and (ns is None or c.obj["metadata"].get("namespace") == ns)
-
-        deadline = time.monotonic() + timeout
-        next_bookmark = time.monotonic() + fake.bookmark_interval
-        try:
-            with fake.cond:
-                expired_gen = fake._expire_watches
-                if since in ("", "0"):
-                    pos = fake.store.rv
-                    initial = [
-                        copy.deepcopy(o)
-                        for o in fake.store.objects[resource].values()
-                        if ns is None or o["metadata"].get("namespace") == ns
-                    ]
-                elif int(since) < fake.store.compacted:
-                    initial = None
-                    pos = -1
-                else:
-                    pos, initial = int(since), []
-            if initial is None:
-                self._gone(since)
-                return
-            for o in initial:
-                self._chunk({"type": "ADDED", "object": o})
-            while True:
-                with fake.cond:
-                    batch = [c for c in fake.store.history if c.rv > pos and mine(c)]
-                    if not batch:
-                        now = time.monotonic()
-                        wait = min(deadline, next_bookmark if bookmarks else deadline) - now
-                        if wait > 0 and not fake._closing and fake._expire_watches == expired_gen:
-                            fake.cond.wait(wait)
-                        batch = [c for c in fake.store.history if c.rv > pos and mine(c)]
-                    gone = fake._expire_watches != expired_gen
-                    closing = fake._closing
-                    current = fake.store.rv
-                if gone:
-                    self._gone(str(pos))
-                    return
-                for c in batch:
-                    self._chunk({"type": c.type, "object": c.obj})
-                    pos = c.rv
-                now = time.monotonic()
-                if closing or now >= deadline:
-                    break
-                if bookmarks and now >= next_bookmark:
-                    kind = KINDS[resource]
-                    self._chunk(
-                        {
-                            "type": "BOOKMARK",
-                            "object": {
-                                "kind": kind,
-                                "apiVersion": API_VERSION[resource],
-                                "metadata": {"resourceVersion": str(current)},
-                            },
-                        }
-                    )
-                    pos = max(pos, current)
-                    next_bookmark = now + fake.bookmark_interval
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-
-    def _gone(self, since: str) -> None:
-        with self.fake.cond:
-            rv = self.fake.store.compacted
-        self._chunk({"type": "ERROR", "object": status(410, "Expired", f"too old resource version: {since} ({rv})")})
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()

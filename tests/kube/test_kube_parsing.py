@@ -37,6 +37,21 @@ def test_gangs_group_and_gate_on_min_member() -> None:
     assert not isinstance(alone, str) and alone.units == 1 and alone.unit.gpus == 2
 
 
+@pytest.mark.parametrize(
+    ("bound_member_deleting", "ready"),
+    [pytest.param(False, True, id="a-bound-member-counts"), pytest.param(True, False, id="one-being-deleted-does-not")],
+)
+def test_a_bound_member_being_deleted_is_no_member(bound_member_deleting: bool, ready: bool) -> None:
+    """A member rackscale deleted to undo a failed gang bind may linger bound (graceful deletion): counting
+    it would make the gang look complete, and its siblings would be placed without it, in any rack."""
+    pods = [pod(f"t-{i}", group="t", min_member=4) for i in range(3)]
+    leaving = pod("t-3", group="t", min_member=4, node_name="n0")
+    if bound_member_deleting:
+        leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    (g,) = gangs([*pods, leaving], "rackscale")
+    assert g.ready is ready and len(g.pending) == 3 and g.bound == (0 if bound_member_deleting else 1)
+
+
 def test_mixed_group_is_refused_with_a_reason() -> None:
     pods = [pod("a", gpus=8, group="m"), pod("b", gpus=4, group="m")]
     (g,) = gangs(pods, "rackscale")

@@ -64,7 +64,8 @@ def test_gang_lands_in_one_rack_all_or_nothing(fake: FakeAPIServer, start_schedu
     assert len(racks) == 1
     assert len({bound_to(fake, k) for k in keys}) == 4  # 8 GPUs each: one node per pod
     assert len(fake.binds) == 4
-    assert len(events_for(fake, "train-0", "Scheduled")) == 1
+    # The Scheduled events follow the last bind of the gang (none is written before the whole gang is bound).
+    wait_for(lambda: len(events_for(fake, "train-0", "Scheduled")) == 1, what="the Scheduled event")
     p = fake.get("pods", "default/train-0")
     assert p is not None
     assert any(c["type"] == "PodScheduled" and c["status"] == "True" for c in p["status"]["conditions"])
@@ -141,9 +142,17 @@ def test_watch_410_relists_without_duplicate_binds(fake: FakeAPIServer, start_sc
     wait_for(lambda: all(bound_to(fake, k) for k in second), what="second gang after the relist")
     # A watch asked for a too-old resourceVersion (the compaction point moves past the watcher) also re-lists.
     fake.compact()
-    s.watchers["pods"].resource_version = "1"  # as if the watcher had been away for long
-    s.watchers["pods"].stop()  # drop the open watch: the next one starts from "1"
-    wait_for(lambda: s.stats.gone["pods"] >= 2, what="410 on a stale resourceVersion")
+
+    def away_for_long() -> bool:
+        # As if the watcher had been away for long: drop the open watch, so that the next one starts from
+        # "1". Tried again until it takes: a bookmark read just before the stream ends can overwrite the "1".
+        if s.stats.gone["pods"] < 2:
+            s.watchers["pods"].resource_version = "1"
+            s.watchers["pods"].stop()
+            time.sleep(0.2)
+        return s.stats.gone["pods"] >= 2
+
+    wait_for(away_for_long, what="410 on a stale resourceVersion")
     third = [f"default/{n}" for n in ("solo",)]
     fake.put("pods", pod("solo", gpus=8))
     wait_for(lambda: all(bound_to(fake, k) for k in third) and s.stats.binds == 9, what="a pod after the relist")

@@ -120,13 +120,17 @@ def gangs(pods: Iterable[Obj], scheduler: str) -> list[Gang]:
     """The pending gangs of ``scheduler``'s pods (pods of other schedulers are not looked at).
 
     A pod is pending when it is not bound, not terminated and not being deleted. Bound, live members of a
-    group count towards its ``min-member``.
+    group count towards its ``min-member``; a bound member being deleted does not (it is leaving, e.g. one
+    that rackscale deleted to undo a failed gang bind, and counting it would let its siblings be placed as
+    if the gang were complete).
     """
     out: dict[str, Gang] = {}
     for pod in pods:
         if scheduler_name(pod) != scheduler or is_terminated(pod):
             continue
         md = pod.get("metadata") or {}
+        if md.get("deletionTimestamp"):
+            continue
         ns = str(md.get("namespace", "default"))
         group = (md.get("annotations") or {}).get(POD_GROUP)
         if group:
@@ -143,7 +147,7 @@ def gangs(pods: Iterable[Obj], scheduler: str) -> list[Gang]:
         g.problem = g.problem or problem
         if node_name(pod) is not None:
             g.bound += 1
-        elif not md.get("deletionTimestamp"):
+        else:
             g.pending.append(pod)
     result = [g for g in out.values() if g.pending]
     for g in result:

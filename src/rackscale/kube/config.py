@@ -1,0 +1,49 @@
+"""The Kubernetes scheduler's settings and its counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rackscale.kube.cluster import LabelKeys
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KubeSchedulerConfig:
+    scheduler_name: str = "rackscale"
+    labels: LabelKeys = field(default_factory=LabelKeys)
+    policy: str = "rackscale"
+    leader_elect: bool = True
+    lease_name: str = ""  # default: the scheduler name
+    lease_namespace: str = "kube-system"
+    identity: str = ""  # default: hostname_uuid
+    lease_duration_s: float = 15.0
+    renew_interval_s: float = 2.0
+    watch_timeout_s: int = 300  # server-side timeout of one watch request; the watcher then re-watches
+    retry_interval_s: float = 30.0  # re-run a cycle this often even when nothing changed (pending pods)
+    report_interval_s: float = 60.0  # repeat an unchanged FailedScheduling event at most this often
+    assume_ttl_s: float = 60.0  # forget a bind (or an undo) the watch has not confirmed after this long
+    backoff_s: float = 1.0  # after a failed list/watch request
+
+
+def _per_kind() -> dict[str, int]:
+    return {"nodes": 0, "pods": 0}
+
+
+@dataclass(slots=True)
+class Stats:
+    """Counters, bumped by the loop and watcher threads and read by tests and health checks.
+
+    Not frozen: these are running counts, one instance for the scheduler's life. Every field counts what
+    happened at the API server, so a gang whose bind was undone adds nothing to ``binds``.
+    """
+
+    cycles: int = 0
+    binds: int = 0  # pods bound as part of a gang whose every pod was bound (committed)
+    bind_errors: int = 0  # binds the API server refused or that failed on the way
+    bind_aborts: int = 0  # gangs not bound at all: a pod had changed since the cache showed it
+    gang_rollbacks: int = 0  # gangs whose bind failed midway and whose bound pods were deleted again
+    undone: int = 0  # pods deleted to undo a partial gang bind
+    undo_errors: int = 0  # deletions of such pods that failed (retried on the next cycles)
+    lists: dict[str, int] = field(default_factory=_per_kind)
+    gone: dict[str, int] = field(default_factory=_per_kind)
+    bookmarks: dict[str, int] = field(default_factory=_per_kind)

@@ -1,0 +1,143 @@
+"""What a user sees: ``v1.Event`` objects on their pods and the pods' ``PodScheduled`` condition.
+
+Every write here is best effort: a failed event or status patch is logged, never raised, because the
+scheduling it reports has already happened (or already not happened) at the API server.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from kubernetes import client
+
+from rackscale.kube.api import KubeApiError, call_json
+from rackscale.kube.leader import micro_time
+from rackscale.kube.pods import pod_key
+
+log = logging.getLogger("rackscale.kube")
+
+Obj = Mapping[str, Any]
+
+# A reason that moves (counts, times) is rewritten at most this often, whatever report_interval_s says.
+MOVING_MESSAGE_S = 5.0
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+class EventReason(StrEnum):
+    SCHEDULED = "Scheduled"  # kube-scheduler's reason for a bound pod
+    FAILED_SCHEDULING = "FailedScheduling"  # kube-scheduler's reason for a pod left pending
+    GANG_BIND_UNDONE = "GangBindUndone"  # rackscale's: this pod was bound, then deleted with its failed gang
+
+
+def _timestamp() -> str:
+    return micro_time(datetime.now(UTC)).split(".")[0] + "Z"
+
+
+class Reporter:
+    """Writes events and conditions; remembers what it last told each pod so it does not repeat itself."""
+
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        *,
+        component: str,
+        identity: str,
+        clock: Callable[[], float],
+        report_interval_s: float,
+    ) -> None:
+        self.core, self.component, self.identity = core, component, identity
+        self.clock, self.report_interval_s = clock, report_interval_s
+        self.reported: dict[str, tuple[str, float]] = {}  # pod uid -> (message, when)
+
+    @staticmethod
+    def uid(pod: Obj) -> str:
+        return str(pod["metadata"].get("uid") or pod_key(pod))
+
+    def unschedulable(self, pods: Iterable[Obj], message: str) -> None:
+        """A FailedScheduling event and PodScheduled=False, unless this pod was told the same lately."""
+        now = self.clock()
+        for pod in pods:
+            last = self.reported.get(self.uid(pod))
+            if last is not None and last[0] == message and now - last[1] < self.report_interval_s:
+                continue
+            if last is not None and now - last[1] < min(MOVING_MESSAGE_S, self.report_interval_s):
+                continue  # the message moves (counts, times): do not write on every cycle
+            self.failed(pod, message, reason=EventReason.FAILED_SCHEDULING)
+
+    def failed(self, pod: Obj, message: str, *, reason: EventReason, condition: bool = True) -> None:
+        """Tell ``pod`` now (no de-duplication), and remember it so the next cycles do not repeat it at once."""
+        self.reported[self.uid(pod)] = (message, self.clock())
+        self.event(pod, EventType.WARNING, reason, message)
+        if condition:
+            self.condition(pod, message)
+
+    def forget(self, pod: Obj) -> None:
+        """The pod is bound: a later problem is news again."""
+        self.reported.pop(self.uid(pod), None)
+
+    def condition(self, pod: Obj, message: str) -> None:
+        md = pod["metadata"]
+        patch = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                        "lastProbeTime": None,
+                        "lastTransitionTime": _timestamp(),
+                    }
+                ]
+            }
+        }
+        try:
+            call_json(
+                self.core.patch_namespaced_pod_status,
+                md["name"],
+                md.get("namespace", "default"),
+                patch,
+                _content_type="application/strategic-merge-patch+json",
+            )
+        except (KubeApiError, OSError) as e:
+            log.warning("patching the status of %s: %s", pod_key(pod), e)
+
+    def event(self, pod: Obj, typ: EventType, reason: EventReason, message: str) -> None:
+        md = pod["metadata"]
+        ns = md.get("namespace", "default")
+        ts = _timestamp()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{md['name']}.{uuid.uuid4().hex[:16]}", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": md["name"],
+                "namespace": ns,
+                "uid": md.get("uid"),
+                "resourceVersion": md.get("resourceVersion"),
+            },
+            "reason": str(reason),
+            "message": message,
+            "type": str(typ),
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.identity,
+            "firstTimestamp": ts,
+            "lastTimestamp": ts,
+            "count": 1,
+        }
+        try:
+            call_json(self.core.create_namespaced_event, ns, body)
+        except (KubeApiError, OSError) as e:
+            log.warning("event for %s: %s", pod_key(pod), e)

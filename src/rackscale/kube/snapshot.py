@@ -1,0 +1,64 @@
+"""The allocation a cycle starts from, rebuilt from the caches: pure functions, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rackscale.kube.cluster import LabelKeys, node_available
+from rackscale.kube.pods import is_terminated, pod_request
+from rackscale.model.placement import NodeAlloc, Placement
+from rackscale.model.state import ClusterState
+from rackscale.model.topology import GPUCluster
+from rackscale.model.workload import batch
+
+Obj = Mapping[str, Any]
+
+
+def node_key(node: Obj) -> str:
+    return str(node["metadata"]["name"])
+
+
+def cluster_index(cluster: GPUCluster, node: str) -> int:
+    for n in cluster.nodes:
+        if n.name == node:
+            return n.index
+    raise KeyError(node)
+
+
+def with_node(pod: Obj, node: str) -> dict[str, Any]:
+    """The pod as it will look once the watch shows the bind we made."""
+    out = dict(pod)
+    out["spec"] = {**(pod.get("spec") or {}), "nodeName": node}
+    return out
+
+
+def build_state(
+    cluster: GPUCluster,
+    *,
+    nodes: Mapping[str, Obj],
+    pods: Mapping[str, Obj],
+    where: Callable[[str, Obj], str | None],
+    labels: LabelKeys,
+) -> ClusterState:
+    """Every live pod that holds a node (``where`` says which: its nodeName, or one we bound or are undoing
+    that the watch has not shown yet) holds its requests there; unavailable nodes are failed."""
+    state = ClusterState(cluster)
+    index = {n.name: n.index for n in cluster.nodes}
+    for key, pod in pods.items():
+        at = where(key, pod)
+        if at is None or is_terminated(pod) or at not in index:
+            continue
+        n = index[at]
+        req = pod_request(pod, labels.gpu_resource)
+        g = min(req.gpus, state.node_whole[n])  # another scheduler may have over-committed the node
+        cpu, mem = min(req.cpu_milli, state.cpu_free[n]), min(req.memory_mib, state.mem_free[n])
+        if g == 0 and cpu == 0 and mem == 0:
+            continue
+        alloc = NodeAlloc(n, state.whole_free_gpus(n, g) if g else (), cpu_milli=cpu, memory_mib=mem)
+        spec = batch(f"bound:{key}", gpus=g, cpu_milli=cpu, memory_mib=mem, preemptible=False)
+        state.allocate(spec, Placement(spec.name, (alloc,), 1), now=0.0, health=False)
+    for node in nodes.values():
+        if not node_available(node):
+            state.fail_node(index[node_key(node)])
+    return state
