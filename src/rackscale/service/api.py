@@ -12,7 +12,7 @@ stored, and the service takes work again by itself once the store does.
 # dependency aliases below are local to create_app.
 import asyncio
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -20,14 +20,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rackscale.model.errors import RackscaleError
 from rackscale.model.spec_docs import FlatJobDoc
 from rackscale.model.spec_errors import SpecError
 from rackscale.model.specs import job_from_dict
-from rackscale.service.auth import ANONYMOUS, Principal, TokenTable
+from rackscale.service.auth import Principal
+from rackscale.service.context import DEFAULT_MAX_BODY, HttpProblem, ServiceContext, authenticate
 from rackscale.service.guard import RequestGuard
-from rackscale.service.runner import Runner
-from rackscale.service.store import ACTIVE, STATUSES, DuplicateJob, RejectedJob, Store, StoreUnavailable
+from rackscale.service.phase import ACTIVE, STATUSES
+from rackscale.service.store import DuplicateJob, RejectedJob, Store, StoreUnavailable
 from rackscale.service.views import (
     ClusterOut,
     ErrorOut,
@@ -50,29 +50,12 @@ from rackscale.service.views import (
     rack_out,
     visible_to,
 )
+from rackscale.service.web import mount
 
-DEFAULT_MAX_BODY = 64 * 1024
+# Re-exported: they lived here before rackscale.service.context (callers import them from the API).
+__all__ = ["DEFAULT_MAX_BODY", "RETRY_AFTER_S", "HttpProblem", "ServiceContext", "authenticate", "create_app"]
+
 RETRY_AFTER_S = "5"  # the Retry-After of a 503 (the store cannot write now; the service heals by itself)
-
-
-class HttpProblem(RackscaleError):
-    def __init__(self, status: int, detail: Any, headers: dict[str, str] | None = None) -> None:
-        self.status, self.detail, self.headers = status, detail, headers
-
-
-@dataclass(slots=True)
-class ServiceContext:
-    store: Store
-    runner: Runner
-    backend: str
-    tokens: TokenTable | None = None
-    max_body_bytes: int = DEFAULT_MAX_BODY
-    metrics: Any = None  # rackscale.service.metrics.Metrics (optional)
-    web_dir: str | None = None
-    # Host header names accepted (rackscale.service.guard); None: no request guard (library use only).
-    allowed_hosts: frozenset[str] | None = None
-    docs: bool = False  # /docs and /redoc load their scripts from a CDN: off unless asked for
-
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "missing or wrong bearer token"},
@@ -386,7 +369,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
 
     @app.get("/v1/queues", response_model=QueueList, summary="Queues: jobs pending and running, GPUs held and wanted")
     async def list_queues(who: Who) -> QueueList:
-        counts = ctx.store.count_by_queue(["pending", "running"])
+        counts = ctx.store.count_by_queue(ACTIVE)
         with ctx.runner.reading() as lv:
             out = queues_out(lv, counts)
         if not who.is_admin:
@@ -410,30 +393,9 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         body, content_type = ctx.metrics.exposition()
         return Response(body, media_type=content_type)
 
-    from rackscale.service.web import mount
-
     mount(app, ctx)  # the web page at / (and whatever it reads besides /v1)
 
     return app
-
-
-def authenticate(ctx: ServiceContext, authorization: str | None, *, metrics: bool = False) -> Principal:
-    """Who is calling: anyone is an admin with auth off (--no-auth); else a known bearer token, or 401.
-    A scrape token is good for /metrics only (``metrics``)."""
-    if ctx.tokens is None:
-        return ANONYMOUS
-    bad = {"WWW-Authenticate": "Bearer"}
-    if not authorization:
-        raise HttpProblem(401, "missing bearer token (send 'Authorization: Bearer TOKEN')", bad)
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise HttpProblem(401, "malformed Authorization header (expected 'Bearer TOKEN')", bad)
-    who = ctx.tokens.lookup(token.strip())
-    if who is None:
-        raise HttpProblem(401, "unknown token", bad)
-    if who.role == "scrape" and not metrics:
-        raise HttpProblem(403, f"token {who.name!r} is a scrape token: it may read /metrics only")
-    return who
 
 
 def _taken(store: Store, name: str, who: Principal) -> str:

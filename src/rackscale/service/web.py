@@ -17,10 +17,10 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from rackscale.model.topology import MILLI_PER_GPU
+from rackscale.service.context import ServiceContext, authenticate
 from rackscale.service.views import Visible, everyone, visible_to
 
 if TYPE_CHECKING:
-    from rackscale.service.api import ServiceContext
     from rackscale.service.live import LiveCluster
 
 STATIC_DIR = Path(__file__).with_name("static")
@@ -30,8 +30,6 @@ _NO_CACHE = {"Cache-Control": "no-cache"}
 
 def mount(app: FastAPI, ctx: ServiceContext) -> None:
     """Serve the page at ``/``, its assets under ``/static/`` and the overview under ``/v1/ui/``."""
-    from rackscale.service.api import authenticate  # here: api imports this module while it builds the app
-
     static = Path(ctx.web_dir) if ctx.web_dir else STATIC_DIR
     cluster = ctx.runner.live.cluster
     rack_by_name = {r.name: r.index for r in cluster.racks}

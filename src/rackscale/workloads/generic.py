@@ -1,39 +1,48 @@
-"""What every trace loader shares (:class:`TraceLoad`, the options, reading rows with their line numbers), and
-rackscale's own generic trace format: CSV or JSONL with the columns of :data:`GENERIC_COLUMNS`.
+"""rackscale's own generic trace format: CSV or JSONL with the columns of :data:`GENERIC_COLUMNS`
+(:func:`load_generic`).
 
-An I/O edge module: it reads files. Rows are parsed with the ``csv`` module and checked by hand (no
-pydantic per row), so that a trace of 100k rows loads in a fraction of a second. Every bad row becomes a
-:class:`SpecProblem` carrying its line; the loader skips it or raises one :class:`SpecError` listing all.
+An I/O edge module: it reads files. Every bad row becomes a :class:`SpecProblem` carrying its line; the
+loader skips it or raises one :class:`SpecError` listing all. What every trace loader shares lives in
+:mod:`~rackscale.workloads.trace_load` (the result and the options) and :mod:`~rackscale.workloads.trace_rows`
+(reading files, checking rows); it is imported from here too, where the other loaders import it from.
 """
 
 from __future__ import annotations
 
-import csv
-import difflib
 import io
 import json
-import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Literal, Protocol, TypeVar
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from typing import Literal
 
-from rackscale.model.spec_docs import MAX_UNITS
 from rackscale.model.spec_errors import SpecError, SpecProblem
 from rackscale.model.specs import job_from_dict
 from rackscale.model.workload import BUILTIN_PRIORITY_CLASSES, JobKind, JobSpec, Level, Resources, TopologyConstraint
+from rackscale.workloads.trace_load import ON_ERROR_VALUES, OnError, TraceLoad, TraceOptions
+from rackscale.workloads.trace_rows import CsvTable, RowCheck, gpu_models, open_csv, read_text
 
-__all__ = ["GENERIC_COLUMNS", "GENERIC_REQUIRED", "OnError", "TraceLoad", "TraceOptions", "load_generic"]
+__all__ = [
+    "GENERIC_COLUMNS",
+    "GENERIC_REQUIRED",
+    "ON_ERROR_VALUES",
+    "CsvTable",
+    "OnError",
+    "RowCheck",
+    "TraceLoad",
+    "TraceOptions",
+    "gpu_models",
+    "load_generic",
+    "open_csv",
+    "read_text",
+]
 
-OnError = Literal["skip", "reject"]
-ON_ERROR_VALUES: tuple[str, ...] = ("skip", "reject")
 GENERIC_COLUMNS: tuple[str, ...] = (
     "name", "kind", "submit_time", "duration", "gpus", "gpu_milli", "cpu_milli", "memory_mib", "queue", "priority",
     "gpu_models",
 )  # fmt: skip
 GENERIC_REQUIRED: tuple[str, ...] = ("name", "kind", "submit_time", "gpus")
 _KINDS = tuple(k.value for k in JobKind)
-_T = TypeVar("_T")
 _BIG = 1 << 62  # bound of cpu_milli and memory_mib: no real node comes near
 _TOPOLOGY = {  # what the builders give each kind
     "training": TopologyConstraint(),
@@ -42,285 +51,6 @@ _TOPOLOGY = {  # what the builders give each kind
 }
 
 
-class _Reader(Protocol):
-    """What ``csv.reader`` returns."""
-
-    line_num: int
-
-    def __next__(self) -> list[str]: ...
-
-
-# --------------------------------------------------------------------------------------------- results
-@dataclass(frozen=True, slots=True)
-class TraceLoad:
-    """The jobs read from a trace, sorted by submit time, and the rows skipped (each with its line and why)."""
-
-    jobs: tuple[JobSpec, ...]
-    skipped: tuple[SpecProblem, ...]
-    source: str
-
-    def skipped_lines(self) -> list[str]:
-        """One text line per skipped row: ``file:line: column: why (fix: ...)``."""
-        return [p.render(self.source) for p in self.skipped]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TraceOptions:
-    """The knobs every job loader takes (see docs/workloads.md)."""
-
-    on_error: str = "skip"
-    gpu_scale: float = 1.0
-    arrival_scale: float = 1.0
-    time_window: tuple[float, float] | None = None
-    max_jobs: int | None = None
-    tenant_map: Mapping[str, str] | None = None
-
-    def check(self) -> None:
-        """Raise :class:`SpecError` naming every option with a bad value."""
-        bad: list[SpecProblem] = []
-        if self.on_error not in ON_ERROR_VALUES:
-            bad.append(SpecProblem(("on_error",), f"unknown value {self.on_error!r}", 'use "skip" or "reject"'))
-        for key, value in (("gpu_scale", self.gpu_scale), ("arrival_scale", self.arrival_scale)):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (0 < value < math.inf):
-                bad.append(SpecProblem((key,), f"must be a finite number > 0, got {value!r}", "e.g. 2.0 or 0.5"))
-        if self.time_window is not None:
-            window = self.time_window
-            ok = isinstance(window, tuple | list) and len(window) == 2
-            ok = ok and all(isinstance(v, int | float) and not isinstance(v, bool) for v in window)
-            if not ok or not (0 <= window[0] < window[1]):
-                fix = "give (start, end) in seconds of the trace's clock, 0 <= start < end (end may be math.inf)"
-                bad.append(SpecProblem(("time_window",), f"invalid window {self.time_window!r}", fix))
-        if self.max_jobs is not None and (
-            isinstance(self.max_jobs, bool) or not isinstance(self.max_jobs, int) or self.max_jobs < 0
-        ):
-            bad.append(SpecProblem(("max_jobs",), f"must be a whole number >= 0, got {self.max_jobs!r}", "or None"))
-        if bad:
-            raise SpecError(bad, "trace options")
-
-    def scale_gpus(self, gpus: int) -> int:
-        """``gpus`` x ``gpu_scale``, rounded half up, at least 1."""
-        if self.gpu_scale == 1.0:
-            return gpus
-        return max(1, int(gpus * self.gpu_scale + 0.5))
-
-    def queue(self, name: str) -> str:
-        return self.tenant_map.get(name, name) if self.tenant_map else name
-
-    def arrange(self, records: list[tuple[float, _T]]) -> list[tuple[int, float, _T]]:
-        """Sort ``(trace time, item)`` records by time (stable: file order breaks ties), keep the window and
-        ``max_jobs``; give ``(rank in the whole trace from 1, submit time, item)``.
-
-        The submit time counts from the window's start (0 without a window), divided by ``arrival_scale``.
-        """
-        records.sort(key=_first)
-        lo, hi = self.time_window if self.time_window is not None else (0.0, math.inf)
-        origin = lo if self.time_window is not None else 0.0
-        scale, cap = self.arrival_scale, self.max_jobs
-        out: list[tuple[int, float, _T]] = []
-        if cap == 0:
-            return out
-        for rank, (t, item) in enumerate(records, 1):
-            if t < lo:
-                continue
-            if t >= hi:
-                break
-            out.append((rank, (t - origin) / scale if scale != 1.0 else t - origin, item))
-            if cap is not None and len(out) >= cap:
-                break
-        return out
-
-    def finish(self, source: str, jobs: Sequence[JobSpec], problems: Sequence[SpecProblem]) -> TraceLoad:
-        if problems and self.on_error == "reject":
-            raise SpecError(problems, source)
-        return TraceLoad(tuple(jobs), tuple(problems), source)
-
-
-def _first(record: tuple[float, object]) -> float:
-    return record[0]
-
-
-# --------------------------------------------------------------------------------------------- reading
-def read_text(path: str | os.PathLike[str], what: str) -> tuple[str, str]:
-    """``(source, text)`` of the file at ``path``; a :class:`SpecError` with a fix if it cannot be read."""
-    source = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            return source, f.read()
-    except FileNotFoundError:
-        fix = f"check the path (relative paths start at {os.getcwd()}); the public traces are in ../shared/traces/"
-        problem = SpecProblem((), "file not found", fix)
-    except IsADirectoryError:
-        problem = SpecProblem((), "is a directory", f"give the path of the {what} file itself")
-    except UnicodeDecodeError as err:
-        problem = SpecProblem((), f"not UTF-8 text (byte {err.start})", f"save the {what} as UTF-8 text")
-    except OSError as err:
-        problem = SpecProblem((), f"cannot read: {err.strerror or err}", "check that it is a readable file")
-    raise SpecError([problem], source)
-
-
-@dataclass(slots=True)
-class CsvTable:
-    """An opened CSV trace: its header's column indexes and the rows still to read."""
-
-    source: str
-    columns: dict[str, int]
-    width: int
-    reader: _Reader
-    header_line: int
-
-    def rows(self, problems: list[SpecProblem]) -> Iterator[tuple[int, list[str]]]:
-        """``(line, fields)`` of each row; blank lines pass silently, rows of the wrong width are reported."""
-        reader = self.reader
-        prev, width = self.header_line, self.width
-        while True:
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as err:
-                problems.append(SpecProblem((), f"unreadable CSV: {err}", "check the quoting of this row", prev + 1))
-                if reader.line_num == prev:
-                    return
-                prev = reader.line_num
-                continue
-            line, prev = prev + 1, reader.line_num
-            if len(row) != width:
-                if not row or (len(row) == 1 and not row[0].strip()):
-                    continue
-                fix = "give one value per header column (empty for an optional one); quote values with commas"
-                problems.append(SpecProblem((), f"has {len(row)} fields, the header has {width}", fix, line))
-                continue
-            yield line, row
-
-
-def open_csv(
-    path: str | os.PathLike[str],
-    *,
-    what: str,
-    required: Sequence[str],
-    known: Sequence[str] | None = None,
-) -> CsvTable:
-    """Read the header of a CSV trace; a missing required column (or, with ``known``, an unknown one) is a
-    :class:`SpecError` at the header's line."""
-    source, text = read_text(path, what)
-    reader = csv.reader(io.StringIO(text, newline=""))
-    example = ",".join(known or required)
-    try:
-        header = next(reader, None)
-        while header is not None and not any(h.strip() for h in header):
-            header = next(reader, None)
-    except csv.Error as err:
-        raise SpecError(
-            [SpecProblem((), f"unreadable CSV header: {err}", f"start with: {example}", 1)], source
-        ) from None
-    if header is None:
-        raise SpecError([SpecProblem((), "empty file: no header line", f"start with the header: {example}")], source)
-    line = reader.line_num
-    names = [h.strip() for h in header]
-    problems: list[SpecProblem] = []
-    missing = [c for c in required if c not in names]
-    if missing:
-        plural = "s" if len(missing) > 1 else ""
-        fix = f"the {what} header is {example} (this one is {','.join(names)})"
-        problems.append(SpecProblem((), f"the header lacks the column{plural} {', '.join(missing)}", fix, line))
-    for name in names:
-        if known is not None and name not in known:
-            near = difflib.get_close_matches(name, known, n=1)
-            hint = f"did you mean {near[0]!r}? " if near else ""
-            fix = f"{hint}the {what} columns are {', '.join(known)}"
-            problems.append(SpecProblem((name,), "unknown column", fix, line))
-    for name in sorted({n for n in names if names.count(n) > 1}):
-        problems.append(SpecProblem((name,), "the header names this column twice", "keep one of them", line))
-    if problems:
-        raise SpecError(problems, source)
-    return CsvTable(source, {n: i for i, n in enumerate(names)}, len(names), reader, line)
-
-
-# --------------------------------------------------------------------------------------------- values
-class RowCheck:
-    """Reads the values of one row, recording one problem per bad value (``ok`` turns False).
-
-    Each reader returns ``None`` for an absent value (empty, or a missing JSON key) and for a bad one; an
-    absent ``required`` value is a problem too, so ``ok`` tells the two apart.
-    """
-
-    __slots__ = ("line", "ok", "problems")
-
-    def __init__(self, line: int, problems: list[SpecProblem]) -> None:
-        self.line = line
-        self.problems = problems
-        self.ok = True
-
-    def fail(self, column: str, message: str, fix: str = "") -> None:
-        self.ok = False
-        self.problems.append(SpecProblem((column,) if column else (), message, fix, self.line))
-
-    def _absent(self, column: str, value: object, required: bool) -> bool:
-        if value is None or (isinstance(value, str) and not value.strip()):
-            if required:
-                self.fail(column, "missing value", f"give a value for {column}")
-            return True
-        return False
-
-    def text(self, column: str, value: object, *, required: bool = True) -> str | None:
-        if self._absent(column, value, required):
-            return None
-        if not isinstance(value, str):
-            self.fail(column, f"must be text, got {value!r}", f"write {column} as a string")
-            return None
-        return value.strip()
-
-    def number(self, column: str, value: object, *, required: bool = True, negative: str = "") -> float | None:
-        """A finite number >= 0 (``negative``: the message for one < 0)."""
-        if self._absent(column, value, required):
-            return None
-        try:
-            if isinstance(value, bool) or not isinstance(value, str | int | float):
-                raise ValueError
-            x = float(value)
-        except (ValueError, OverflowError):
-            self.fail(column, f"not a number: {value!r}", f"write {column} as a plain number, e.g. 3600")
-            return None
-        if not math.isfinite(x):
-            self.fail(column, f"not a finite number: {value!r}", f"write {column} as a plain number")
-            return None
-        if x < 0:
-            self.fail(column, negative or f"must be >= 0, got {value!r}", f"{column} cannot be negative")
-            return None
-        return x
-
-    def whole(
-        self, column: str, value: object, *, required: bool = True, low: int = 0, high: int = MAX_UNITS
-    ) -> int | None:
-        """A whole number in ``low..high`` (``8`` or ``8.0``)."""
-        x = self.number(column, value, required=required)
-        if x is None:
-            return None
-        if not x.is_integer():
-            self.fail(column, f"must be a whole number, got {value!r}", "drop the fraction")
-            return None
-        if not low <= x <= high:
-            self.fail(column, f"must be in {low}..{high}, got {value!r}", f"use a value from {low} to {high}")
-            return None
-        return int(x)
-
-
-def gpu_models(value: object, check: RowCheck, column: str) -> frozenset[str] | None:
-    """``'A|B'`` (or a JSON list) -> ``frozenset({'A', 'B'})``; empty -> ``None`` (any model)."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        names = [s.strip() for s in value.split("|")]
-    elif isinstance(value, list) and all(isinstance(s, str) for s in value):
-        names = [s.strip() for s in value]
-    else:
-        check.fail(column, f"must be model names separated by '|', got {value!r}", "e.g. V100M16|V100M32")
-        return None
-    models = frozenset(n for n in names if n)
-    return models or None
-
-
-# --------------------------------------------------------------------------------------------- generic
 def load_generic(
     path: str | os.PathLike[str],
     *,

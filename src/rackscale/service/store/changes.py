@@ -1,0 +1,106 @@
+"""A scheduling cycle's changes (:class:`~rackscale.service.live.Change`) committed to the store: each one
+applies only to the run it was decided for, and only from the phases its transition allows, so a change
+that lost a race (the job was cancelled meanwhile) is rejected rather than applied; the caller learns which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import and_, bindparam, select, update
+from sqlalchemy.engine import Connection
+
+from rackscale.service.live import COMPLETED, FAILED, PREEMPTED, SCHEDULED, WAITING, Change
+from rackscale.service.phase import ACTIVE, JobPhase
+from rackscale.service.store.rows import encode_placement
+from rackscale.service.store.schema import INSERT_EVENT, jobs
+
+# A change (its type) applies only to a run in one of these phases, and moves it to the second (None: it
+# stays where it is).
+TRANSITIONS: dict[str, tuple[tuple[JobPhase, ...], JobPhase | None]] = {
+    SCHEDULED: ((JobPhase.PENDING,), JobPhase.RUNNING),
+    PREEMPTED: ((JobPhase.RUNNING,), JobPhase.PENDING),
+    COMPLETED: ((JobPhase.RUNNING,), JobPhase.COMPLETED),
+    FAILED: (ACTIVE, JobPhase.FAILED),
+    WAITING: ((JobPhase.PENDING,), None),
+}
+
+
+def apply_changes(c: Connection, changes: Sequence[Change]) -> set[str]:
+    """Apply ``changes`` in order within the caller's transaction and log their events; the names of the
+    jobs whose change did not apply."""
+    names = sorted({ch.job for ch in changes})
+    # The active run of each name (at most one): a change applies to it, and only to the run it was decided
+    # for (``Change.run``; 0: whichever is active), never to a newer run of the same name.
+    active = c.execute(
+        select(jobs.c.name, jobs.c.seq, jobs.c.status)
+        .where(and_(jobs.c.name.in_(names), jobs.c.status.in_(ACTIVE)))
+        .with_for_update()
+    ).all()
+    run_of: dict[str, int] = {name: seq for name, seq, _ in active}
+    status: dict[int, str] = {seq: st for _, seq, st in active}
+    rejected: set[str] = set()
+    groups: dict[str, list[dict[str, Any]]] = {}
+    touched: set[str] = set()
+    logged: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        for kind, params in groups.items():
+            c.execute(_UPDATES[kind], params)  # one executemany per kind of change
+        groups.clear()
+        touched.clear()
+
+    for ch in changes:
+        allowed, to = TRANSITIONS[ch.type]
+        seq = run_of.get(ch.job)
+        if ch.run and seq != ch.run:
+            seq = None  # its run has ended meanwhile (a newer run of the name may be active)
+        now_status = status.get(seq) if seq is not None else None
+        if seq is None or now_status not in allowed:
+            rejected.add(ch.job)
+            continue
+        if to is not None:
+            status[seq] = to
+        if ch.job in touched:
+            flush()  # a second change to one job in this batch: keep their order
+        touched.add(ch.job)
+        groups.setdefault(ch.type, []).append(_params(ch, seq, to or now_status or JobPhase.PENDING))
+        logged.append(
+            {"job": ch.job, "run": seq, "time": ch.time, "type": ch.type, "reason": ch.reason, "message": ch.message}
+        )
+    flush()
+    if logged:
+        c.execute(INSERT_EVENT, logged)
+    return rejected
+
+
+def _params(ch: Change, seq: int, status: str) -> dict[str, Any]:
+    # str(): the stored text itself, whatever a driver makes of an enum member.
+    p: dict[str, Any] = {"b_seq": seq, "b_status": str(status), "b_reason": ch.reason[:64], "b_message": ch.message}
+    if ch.type == SCHEDULED:
+        p["b_time"] = ch.time
+        p["b_placement"] = encode_placement(ch.placement) if ch.placement is not None else None
+    elif ch.type in (COMPLETED, FAILED):
+        p["b_time"] = ch.time
+        p["b_exit_code"] = ch.exit_code
+    return p
+
+
+def _update(**values: Any) -> Any:
+    return (
+        update(jobs)
+        .where(jobs.c.seq == bindparam("b_seq"))
+        .values(status=bindparam("b_status"), reason=bindparam("b_reason"), message=bindparam("b_message"), **values)
+    )
+
+
+# One UPDATE per kind of change, run with executemany; the placement stays after the end (where it ran).
+_ENDED: dict[str, Any] = {"ended": bindparam("b_time"), "exit_code": bindparam("b_exit_code")}
+_UPDATES = {
+    SCHEDULED: _update(started=bindparam("b_time"), placement=bindparam("b_placement")),
+    PREEMPTED: _update(placement=None, restarts=jobs.c.restarts + 1),
+    COMPLETED: _update(**_ENDED),
+    FAILED: _update(**_ENDED),
+    WAITING: _update(),
+}

@@ -1,0 +1,148 @@
+"""The store's reads. They run on the caller's thread, on connections of their own (``reader``: with WAL
+they never wait for the writer), and read a damaged record leniently (see :meth:`StoreReads._fetch`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import and_, func, select
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Engine
+
+from rackscale.service.phase import ACTIVE, JobPhase
+from rackscale.service.store.rows import EVENT_TEXT, EventRow, JobRow, fixed_text, job_row, lenient_text, repaired
+from rackscale.service.store.schema import events, jobs, latest_run, meta
+
+
+class StoreReads:
+    """The read half of :class:`~rackscale.service.store.Store`."""
+
+    reader: Engine
+
+    def get_meta(self, key: str) -> str | None:
+        with self.reader.connect() as c:
+            return c.execute(select(meta.c.value).where(meta.c.key == key)).scalar_one_or_none()
+
+    def latest_time(self) -> float | None:
+        """The latest service-clock time the store saw (the clock resumes from it after a restart)."""
+        with self.reader.connect() as c:
+            times = [c.execute(select(func.max(t))).scalar_one_or_none() for t in (events.c.time, jobs.c.submitted)]
+        known = [t for t in times if t is not None]
+        return max(known) if known else None
+
+    def get(self, name: str, *, run: int | None = None) -> JobRow | None:
+        """The latest run of ``name`` (the active one, if any: it is always the latest), or its run ``run``."""
+        q = latest_run(name) if run is None else select(jobs).where(and_(jobs.c.name == name, jobs.c.seq == run))
+        got = self._fetch(q)
+        return job_row(got[0]) if got else None
+
+    def earlier_runs(self, name: str, before: int, *, limit: int = 5) -> tuple[int, list[JobRow]]:
+        """How many runs of ``name`` came before run ``before``, and the last ``limit`` of them, latest first."""
+        where = and_(jobs.c.name == name, jobs.c.seq < before)
+        counted = self._fetch(select(func.count().label("n")).select_from(jobs).where(where))
+        n = int(counted[0]["n"]) if counted else 0
+        if n == 0:
+            return 0, []
+        return n, [job_row(m) for m in self._fetch(select(jobs).where(where).order_by(jobs.c.seq.desc()).limit(limit))]
+
+    def _fetch(self, q: Any) -> list[Any]:
+        """The rows of ``q`` (as mappings). SQLite keeps whatever bytes it is given as text; one value that is
+        not UTF-8 would fail the whole query: then the query runs again, decoding leniently (the rows'
+        readers mark such a row corrupt)."""
+        with self.reader.connect() as c:
+            try:
+                return list(c.execute(q).mappings())
+            except sa_exc.OperationalError as e:
+                if "decode" not in str(e.orig).lower() or self.reader.dialect.name != "sqlite":
+                    raise
+                c.rollback()
+                raw: Any = c.connection.dbapi_connection
+                raw.text_factory = lenient_text
+                try:
+                    return list(c.execute(q).mappings())
+                finally:
+                    c.rollback()
+                    raw.text_factory = str
+
+    def jobs(
+        self,
+        *,
+        queues: Iterable[str] | None = None,
+        status: Iterable[str] | None = None,
+        kind: str | None = None,
+        after: int = 0,
+        limit: int = 500,
+    ) -> list[JobRow]:
+        q = select(jobs).where(jobs.c.seq > after).order_by(jobs.c.seq).limit(limit)
+        if queues is not None:
+            q = q.where(jobs.c.queue.in_(list(queues)))
+        if status is not None:
+            q = q.where(jobs.c.status.in_(list(status)))
+        if kind is not None:
+            q = q.where(jobs.c.kind == kind)
+        return [job_row(m) for m in self._fetch(q)]
+
+    def events(self, name: str, *, limit: int = 200, run: int | None = None) -> list[EventRow]:
+        """The events of the latest run of ``name`` (or of its run ``run``), oldest first (the last
+        ``limit``); those of its earlier runs are theirs. The first, ``submitted``, is the run's own
+        submission time: not stored twice, so a submission costs one INSERT."""
+        if run is None:
+            latest = self._fetch(select(jobs.c.seq).where(jobs.c.name == name).order_by(jobs.c.seq.desc()).limit(1))
+            if not latest:
+                return []
+            run = int(latest[0]["seq"])
+        q = select(events).where(events.c.run == run).order_by(events.c.id.desc()).limit(limit)
+        rows = [EventRow(**repaired(m, EVENT_TEXT)[0]) for m in self._fetch(q)]
+        got = self._fetch(select(jobs.c.submitted, jobs.c.queue).where(and_(jobs.c.seq == run, jobs.c.name == name)))
+        if got and len(rows) < limit:
+            job, _ = repaired(got[0], ("queue",))
+            rows.append(EventRow(0, name, run, job["submitted"], "submitted", "Submitted", f"queued in {job['queue']}"))
+        return rows[::-1]
+
+    def count_by_queue(self, statuses: Iterable[str]) -> dict[str, dict[str, int]]:
+        """Jobs per queue and status (one aggregate query: no row is loaded)."""
+        q = (
+            select(jobs.c.queue, jobs.c.status, func.count())
+            .where(jobs.c.status.in_(list(statuses)))
+            .group_by(jobs.c.queue, jobs.c.status)
+        )
+        out: dict[str, dict[str, int]] = {}
+        for m in self._fetch(q):
+            queue_name, status, n = m.values()
+            out.setdefault(fixed_text(queue_name), {})[fixed_text(status)] = int(n)
+        return out
+
+    def count_by_status(self, *, queues: Iterable[str] | None = None) -> dict[str, int]:
+        q = select(jobs.c.status, func.count().label("count")).group_by(jobs.c.status)
+        if queues is not None:
+            q = q.where(jobs.c.queue.in_(list(queues)))
+        return {fixed_text(m["status"]): int(m["count"]) for m in self._fetch(q)}
+
+    def check(self) -> list[str]:
+        """Integrity problems in the store (empty when consistent): records that do not decode, a name with
+        more than one active run, running jobs without a placement, and GPUs held by two running jobs."""
+        problems: list[str] = []
+        held: dict[tuple[int, int], str] = {}
+        active: dict[str, int] = {}
+        for r in self.jobs(limit=10**9):
+            if r.corrupt is not None:
+                problems.append(f"{r.name}: the stored record is corrupt: {r.corrupt}")
+                continue
+            if r.status in ACTIVE:
+                if r.name in active:
+                    problems.append(f"{r.name}: two active runs (seq {active[r.name]} and {r.seq})")
+                active.setdefault(r.name, r.seq)
+            if r.status != JobPhase.RUNNING:
+                continue
+            if r.placement is None:
+                problems.append(f"{r.name}: running without a placement")
+                continue
+            for a in r.placement.allocs:
+                if a.milli < 1000:
+                    continue
+                for g in a.gpus:
+                    other = held.setdefault((a.node, g), r.name)
+                    if other != r.name:
+                        problems.append(f"GPU {g} of node {a.node} held by both {other} and {r.name}")
+        return problems

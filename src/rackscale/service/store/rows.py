@@ -1,0 +1,141 @@
+"""The store's rows as Python values: :class:`JobRow` and :class:`EventRow`, a placement's JSON
+(:func:`encode_placement`, :func:`decode_placement`), and the lenient decoding of a stored record that does
+not read as it should (text that is not UTF-8, JSON that does not decode): such a row is marked ``corrupt``
+rather than failing the query that read it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from rackscale.model.placement import NodeAlloc, Placement
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One run of a job, as stored (``seq``: the run's id; ``doc``: the submitted document)."""
+
+    seq: int
+    name: str
+    queue: str
+    kind: str
+    gpus: float
+    priority: int
+    # The stored text: a JobPhase value for a sound row (a member compares equal to it); kept a plain str
+    # so that a row whose status was damaged still reads, as it did before phases were an enum.
+    status: str
+    reason: str
+    message: str
+    doc: dict[str, Any]
+    submitted: float
+    started: float | None
+    ended: float | None
+    placement: Placement | None
+    exit_code: int | None
+    restarts: int
+    # Why the stored record cannot be read as it is (its JSON or text does not decode); then doc is {},
+    # placement None, and message says so. None for a sound row.
+    corrupt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One entry of a run's event log (``type``: what a Change said, or ``submitted``)."""
+
+    id: int
+    job: str
+    run: int | None
+    time: float
+    type: str
+    reason: str
+    message: str
+
+
+def encode_placement(p: Placement) -> str:
+    return json.dumps(
+        {"units": p.units, "allocs": [[a.node, list(a.gpus), a.milli, a.cpu_milli, a.memory_mib] for a in p.allocs]},
+        separators=(",", ":"),
+    )
+
+
+def decode_placement(job: str, text: str) -> Placement:
+    d = json.loads(text)
+    allocs = tuple(
+        NodeAlloc(int(n), tuple(int(g) for g in gs), int(m), int(c), int(mem)) for n, gs, m, c, mem in d["allocs"]
+    )
+    return Placement(job, allocs, int(d["units"]))
+
+
+JOB_TEXT = ("name", "queue", "kind", "status", "reason", "message", "doc", "placement")
+EVENT_TEXT = ("job", "type", "reason", "message")
+
+
+def lenient_text(b: bytes) -> str:
+    return b.decode("utf-8", "surrogateescape")
+
+
+def fixed_text(s: str) -> str:
+    """A text read leniently, with the bytes that are not UTF-8 shown as U+FFFD."""
+    return s.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def bad_text(v: object) -> bool:
+    if not isinstance(v, str) or v.isascii():
+        return False
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def repaired(m: Any, keys: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
+    """The row as a dict with its texts that are not UTF-8 repaired, and the names of those columns."""
+    bad = [k for k in keys if bad_text(m[k])]
+    d = dict(m)
+    for k in bad:
+        d[k] = fixed_text(d[k])
+    return d, bad
+
+
+def job_row(m: Any) -> JobRow:
+    problems: list[str] = []
+    if any(bad_text(m[k]) for k in JOB_TEXT):
+        m, bad = repaired(m, JOB_TEXT)
+        problems.append(f"{', '.join(bad)} not valid UTF-8")
+    doc: dict[str, Any] = {}
+    try:
+        loaded = json.loads(m["doc"])
+        if not isinstance(loaded, dict):
+            raise ValueError(f"a JSON {type(loaded).__name__}, not an object")
+        doc = loaded
+    except (ValueError, TypeError, RecursionError) as e:
+        problems.append(f"its spec does not decode ({e})")
+    placement: Placement | None = None
+    if m["placement"]:
+        try:
+            placement = decode_placement(m["name"], m["placement"])
+        except (ValueError, TypeError, KeyError, IndexError, RecursionError) as e:
+            problems.append(f"its placement does not decode ({type(e).__name__}: {e})")
+    corrupt = "; ".join(problems) if problems else None
+    return JobRow(
+        seq=m["seq"],
+        name=m["name"],
+        queue=m["queue"],
+        kind=m["kind"],
+        gpus=m["gpus"],
+        priority=m["priority"],
+        status=m["status"],
+        reason=m["reason"],
+        message=m["message"] if corrupt is None else f"the stored record is corrupt: {corrupt}",
+        doc=doc if corrupt is None else {},
+        submitted=m["submitted"],
+        started=m["started"],
+        ended=m["ended"],
+        placement=placement if corrupt is None else None,
+        exit_code=m["exit_code"],
+        restarts=m["restarts"],
+        corrupt=corrupt,
+    )
