@@ -14,10 +14,10 @@ import json
 
 import pytest
 
+from rackscale.host.perf import Layout, training_step
 from rackscale.model import CommProfile, GPUCluster, JobSpec, ServingProfile, TopologyConstraint, inference, training
 from rackscale.model.workload import Level
 from rackscale.sim import FaultConfig, SimConfig, Simulator
-from rackscale.sim.perf import Layout, training_step
 from rackscale.workloads import SyntheticConfig, synthetic_jobs
 
 COMM = CommProfile(bytes_per_step=4e9, compute_s_per_step=0.5)

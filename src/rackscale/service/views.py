@@ -383,7 +383,8 @@ def queues_out(live: LiveCluster, counts: dict[str, dict[str, int]]) -> QueueLis
 
 def kpis_out(live: LiveCluster, now: float) -> KpisOut:
     k, kpi = live.counters, live.kpi
-    moved = kpi.bytes_nvlink + kpi.bytes_rdma + kpi.bytes_backbone
+    by = live.bytes_moved(now)
+    moved = by.total
     c = live.cluster
     return KpisOut(
         now=now,
@@ -394,8 +395,8 @@ def kpis_out(live: LiveCluster, now: float) -> KpisOut:
         idle_rate=kpi.idle_waiting_gpu_s / kpi.available_while_waiting_gpu_s
         if kpi.available_while_waiting_gpu_s
         else 0.0,
-        intra_rack_traffic_share=kpi.bytes_nvlink / moved if moved else None,
-        traffic_bytes={"nvlink": kpi.bytes_nvlink, "rdma": kpi.bytes_rdma, "backbone": kpi.bytes_backbone},
+        intra_rack_traffic_share=by.nvlink / moved if moved else None,
+        traffic_bytes={"nvlink": by.nvlink, "rdma": by.rdma, "backbone": by.backbone},
         completed=k.completed,
         failed=k.failed,
         preemption_victims=k.preemption_victims,

@@ -62,6 +62,7 @@ class KpiAccumulator:
     queueing: dict[JobKind, list[float]] = field(default_factory=dict)
     completed: int = 0
     failed: int = 0
+    cancelled: int = 0  # the service only (a simulated workload is never cancelled)
     preemptions: int = 0
     restarts: int = 0
     lost_gpu_s: float = 0.0
