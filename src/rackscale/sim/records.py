@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rackscale.host.kpis import Kpis
 from rackscale.host.runs import JobRun, RunStatus
 from rackscale.scheduler.framework import Profile
 from rackscale.sim.faults import FaultConfig
@@ -24,7 +25,7 @@ class SimConfig:
 @dataclass(slots=True)
 class SimResult:
     policy: str
-    kpis: dict[str, float | int | None]  # None: nothing to measure (see sim/kpis.py)
+    kpis: Kpis  # None values: nothing to measure (see host/kpis.py)
     jobs: dict[str, JobRun]
     series: dict[str, list[float]]
     rack_series: list[list[float]]  # per sample: allocated share of each rack
