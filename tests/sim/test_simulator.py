@@ -14,10 +14,10 @@ import json
 
 import pytest
 
+from rackscale.host.perf import Layout, training_step
 from rackscale.model import CommProfile, GPUCluster, JobSpec, ServingProfile, TopologyConstraint, inference, training
 from rackscale.model.workload import Level
 from rackscale.sim import FaultConfig, SimConfig, Simulator
-from rackscale.sim.perf import Layout, training_step
 from rackscale.workloads import SyntheticConfig, synthetic_jobs
 
 COMM = CommProfile(bytes_per_step=4e9, compute_s_per_step=0.5)
@@ -62,7 +62,7 @@ def test_replays_are_byte_identical() -> None:
     def once() -> str:
         r = Simulator(cluster, jobs, SimConfig(seed=3, faults=faults)).run()
         ends = {n: (j.status, j.end, j.restarts) for n, j in sorted(r.jobs.items())}
-        return json.dumps({"kpis": r.kpis, "ends": ends, "series": r.series}, sort_keys=True)
+        return json.dumps({"kpis": r.kpis.as_dict(), "ends": ends, "series": r.series}, sort_keys=True)
 
     assert once() == once()
 
@@ -190,7 +190,7 @@ def test_no_data_is_none_never_a_perfect_score() -> None:
         "makespan_s",
     ):
         assert k[key] is None, key
-    assert json.loads(json.dumps(k))["intra_rack_traffic_share"] is None  # JSON null
+    assert json.loads(json.dumps(k.as_dict()))["intra_rack_traffic_share"] is None  # JSON null
 
 
 def test_kpis_without_their_kind_of_work_are_none() -> None:

@@ -58,7 +58,7 @@ def compare_arch(
     out: dict[str, Any] = {}
     with err_console.status("simulating both architectures..."):
         for key, cluster in (("A", arch_a), ("B", arch_b)):
-            out[key] = Simulator(cluster, jobs, SimConfig(policy=policy, seed=seed)).run().kpis
+            out[key] = Simulator(cluster, jobs, SimConfig(policy=policy, seed=seed)).run().kpis.as_dict()
     a, b = out["A"], out["B"]
     ratios = {
         "training_throughput_x": _ratio(a["training_samples_per_s"], b["training_samples_per_s"]),

@@ -136,7 +136,7 @@ def simulate(
 
             result = Simulator(cluster, jobs, SimConfig(policy=p, seed=seed, faults=faults)).run(on_progress=tick)
             results.append(result)
-            runs.append({"policy": p, "kpis": result.kpis, "failed_reasons": result.failed_reasons()})
+            runs.append({"policy": p, "kpis": result.kpis.as_dict(), "failed_reasons": result.failed_reasons()})
     if report is not None:
         from rackscale.sim.report import write_report
 

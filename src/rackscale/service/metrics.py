@@ -20,12 +20,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from rackscale.host.perf import replica_tokens_per_s
+from rackscale.host.serving import demand_tokens_per_s, p99_latency_s
 from rackscale.model.placement import Placement
 from rackscale.model.topology import MILLI_PER_GPU
 from rackscale.network.collectives import Layout
 from rackscale.service.live import Change
-from rackscale.sim.perf import replica_tokens_per_s
-from rackscale.sim.serving import demand_tokens_per_s, p99_latency_s
 
 if TYPE_CHECKING:
     from rackscale.service.runner import Runner
@@ -180,16 +180,17 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
         value=kpi.idle_waiting_gpu_s,
     )
     traffic = CounterMetricFamily("rackscale_traffic_bytes", "Bytes moved by jobs, per link tier.", labels=["tier"])
-    traffic.add_metric(["nvlink"], kpi.bytes_nvlink)
-    traffic.add_metric(["rdma"], kpi.bytes_rdma)
-    traffic.add_metric(["backbone"], kpi.bytes_backbone)
+    moved_by = live.bytes_moved(now)  # modelled: bytes per step x the steps the performance model says were made
+    traffic.add_metric(["nvlink"], moved_by.nvlink)
+    traffic.add_metric(["rdma"], moved_by.rdma)
+    traffic.add_metric(["backbone"], moved_by.backbone)
     yield traffic
-    moved = kpi.bytes_nvlink + kpi.bytes_rdma + kpi.bytes_backbone
+    moved = moved_by.total
     ratio = GaugeMetricFamily(
         "rackscale_intra_rack_traffic_ratio", "NVLink bytes / all bytes since the service started."
     )
     if moved:  # no sample until a byte has moved: a share of nothing is not 100 %
-        ratio.add_metric([], kpi.bytes_nvlink / moved)
+        ratio.add_metric([], moved_by.nvlink / moved)
     yield ratio
 
     # Network latency per tier: the tier's latency plus queueing on its busiest link (M/M/1).
@@ -241,9 +242,8 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
     attempts = CounterMetricFamily(
         "rackscale_schedule_attempts", "Scheduling attempts by result (a job looked at in a cycle).", labels=["result"]
     )
-    assert k.attempts is not None
     for result in ("scheduled", "unschedulable"):
-        attempts.add_metric([result], k.attempts[result])
+        attempts.add_metric([result], k.attempts.get(result, 0))
     yield attempts
     yield CounterMetricFamily(
         "rackscale_preemption_victims", "Jobs preempted to make room.", value=k.preemption_victims

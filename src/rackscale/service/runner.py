@@ -28,7 +28,7 @@ from rackscale.model.spec_errors import SpecError
 from rackscale.model.specs import job_from_dict
 from rackscale.model.workload import JobSpec
 from rackscale.service.clock import ServiceClock
-from rackscale.service.live import CANCELLED, COMPLETED, FAILED, PREEMPTED, SCHEDULED, Change, LiveCluster
+from rackscale.service.live import CANCELLED, FAILED, PREEMPTED, SCHEDULED, Change, LiveCluster
 from rackscale.service.store import PENDING, RUNNING, JobRow, Store, StoreUnavailable
 
 log = logging.getLogger("rackscale.service")
@@ -47,6 +47,26 @@ class _Unsaved:
     changes: list[Change]
     seconds: float | None  # its cycle's time, for the observer
     since: float  # wall clock (monotonic) of the first failed commit
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """The store committed a job, as its run ``run`` (its seq; 0: unknown)."""
+
+    spec: JobSpec
+    run: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """The store cancelled ``name``'s run ``run`` (0: whichever is here)."""
+
+    name: str
+    run: int = 0
+
+
+Message = Submitted | Cancelled
+"""What the API hands the runner (from any thread), taken in order at the start of a step."""
 
 
 PROBE_S = 0.5  # after a failed write with nothing to commit: how often the runner tries a small one
@@ -71,8 +91,13 @@ class Runner:
         self.observer = observer
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
-        self.lock = threading.RLock()  # held while the live cluster changes; readers take it briefly
-        self._inbox: deque[tuple[JobSpec | str, int]] = deque()  # a submission (its spec) or a cancel (a name)
+        # ``lock`` is held while the live cluster changes; readers take it briefly. It is never held across
+        # I/O: the store's commit and the backend's calls happen outside it, so API reads and /metrics do
+        # not wait on a database or on sbatch. ``_stepping`` makes steps (and the backend calls, which come
+        # from one thread at a time) one at a time.
+        self.lock = threading.RLock()
+        self._stepping = threading.Lock()
+        self._inbox: deque[Message] = deque()
         # The store's run (seq) of each job in the live cluster: its changes carry it (Change.run), so one
         # decided for a run that has ended meanwhile never lands on a newer run of the same name.
         self._runs: dict[str, int] = {}
@@ -85,6 +110,7 @@ class Runner:
         self.last_step = 0.0
         self._unsaved: _Unsaved | None = None
         self._start_failures: list[Exit] = []  # backend.start raised: fed as exits by the next step
+        self._stops: list[str] = []  # cancelled running jobs to stop once the step leaves the lock
         self._probed = 0.0
         self._cycle_seconds: float | None = None  # the last _work's cycle time (None: no cycle ran)
 
@@ -97,12 +123,12 @@ class Runner:
     # ------------------------------------------------------------------ from the API (any thread)
     def submitted(self, spec: JobSpec, run: int = 0) -> None:
         """A job the store has committed, as its run ``run`` (its seq; 0: unknown)."""
-        self._inbox.append((spec, run))
+        self._inbox.append(Submitted(spec, run))
         self._wake.set()
 
     def cancelled(self, name: str, run: int = 0) -> None:
         """The store has cancelled ``name``'s run ``run`` (0: whichever is here)."""
-        self._inbox.append((name, run))
+        self._inbox.append(Cancelled(name, run))
         self._wake.set()
 
     @contextmanager
@@ -159,7 +185,7 @@ class Runner:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        with self.lock:  # never while a step still runs (backends are called from one thread at a time)
+        with self._stepping:  # never while a step still runs (backends are called from one thread at a time)
             self.backend.close()
 
     def _loop(self) -> None:
@@ -179,17 +205,22 @@ class Runner:
     def step(self) -> list[Change]:
         """One step; returns the changes it committed (none while the store cannot commit)."""
         done: list[tuple[float | None, list[Change]]] = []
-        with self.lock:
+        with self._stepping:
             now = self.clock.now()
             if self._unsaved is not None:  # a step whose commit failed: commit it first, or do nothing else
                 kept = self._unsaved
                 if not self._commit(now):
                     return []
                 done.append((kept.seconds, kept.changes))
-            changes = self._work(now)
-            seconds = self._cycle_seconds
-            self._unsaved = _Unsaved(changes, seconds, time.monotonic())
-            if self._commit(now):
+            exits = self._poll(now)  # backend I/O: outside the lock
+            with self.lock:
+                changes = self._work(now, exits)
+                seconds = self._cycle_seconds
+                self._unsaved = _Unsaved(changes, seconds, time.monotonic())
+            stops, self._stops = self._stops, []
+            for name in stops:  # cancelled running jobs (the store says so already): stop them now
+                self._stop_job(name, now)
+            if self._commit(now):  # store I/O, then backend I/O: outside the lock
                 done.append((seconds, changes))
             self.last_step = now
             if not changes and self.store.failing and time.monotonic() - self._probed >= PROBE_S:
@@ -199,6 +230,17 @@ class Runner:
             for secs, chs in done:
                 self.observer.cycle(seconds=secs, changes=chs)
         return [c for _, chs in done for c in chs]
+
+    def _poll(self, now: float) -> list[Exit]:
+        """The exits to feed this step: starts that failed last step, and what the backend saw end."""
+        exits, self._start_failures = self._start_failures, []
+        try:
+            exits += self.backend.poll(now)
+        except Exception as e:
+            self.errors += 1
+            name = type(e).__name__
+            log.exception("backend %s: poll raised %s: %s (polled again next step)", self.backend.name, name, e)
+        return exits
 
     def _commit(self, now: float) -> bool:
         """Commit the unsaved changes; act on the backend only once they are. False: kept for the next step."""
@@ -228,40 +270,34 @@ class Runner:
         self._act(kept.changes, rejected, now)
         return True
 
-    def _work(self, now: float) -> list[Change]:
-        """Take the inbox, the backend's exits and a scheduling cycle: the changes, made in memory."""
+    def _work(self, now: float, exits: list[Exit]) -> list[Change]:
+        """Take the inbox, the backend's exits and a scheduling cycle: the changes, made in memory (under the
+        lock). The interval since the last step is accounted first, at the state it had."""
+        self.live.account(now)
         changes: list[Change] = []
         stops: list[str] = []
         while self._inbox:
-            arg, run = self._inbox.popleft()
-            if isinstance(arg, JobSpec):
-                held = self._runs.get(arg.name)
-                if run and held and held != run:
-                    # A new run of a name whose run here the store has ended: cancelled, with the cancel
-                    # still on its way (two clients). The store took the new one only once no run was active.
-                    self._drop(arg.name, now, stops)
-                if arg.name not in self.live.specs:
-                    self.live.submit(arg)
-                    self._runs[arg.name] = run
-            elif not (run and (held := self._runs.get(arg)) and held != run):  # else: an earlier run's, done
-                self._drop(arg, now, stops)
-        for name in stops:
-            self._stop_job(name, now)
-        exits, self._start_failures = self._start_failures, []
-        try:
-            exits += self.backend.poll(now)
-        except Exception as e:
-            self.errors += 1
-            name = type(e).__name__
-            log.exception("backend %s: poll raised %s: %s (polled again next step)", self.backend.name, name, e)
+            match self._inbox.popleft():
+                case Submitted(spec, run):
+                    held = self._runs.get(spec.name)
+                    if run and held and held != run:
+                        # A new run of a name whose run here the store has ended: cancelled, with the cancel
+                        # still on its way (two clients). The store took the new one only once no run was active.
+                        self._drop(spec.name, now, stops)
+                    if spec.name not in self.live.specs:
+                        self.live.submit(spec)
+                        self._runs[spec.name] = run
+                case Cancelled(name, run):
+                    if not (run and (held := self._runs.get(name)) and held != run):  # else: an earlier run's, done
+                        self._drop(name, now, stops)
+        self._stops.extend(stops)
         for ex in exits:
             if (c := self._exit(ex, now)) is not None:
                 changes.append(c)
-        self.live.account(now)
         t0 = time.perf_counter()
-        before = self.live.counters.cycles
+        before = self.live.kpi.cycles
         changes += self.live.cycle(now)
-        self._cycle_seconds = time.perf_counter() - t0 if self.live.counters.cycles != before else None
+        self._cycle_seconds = time.perf_counter() - t0 if self.live.kpi.cycles != before else None
         return self._stamped(changes)
 
     def _drop(self, name: str, now: float, stops: list[str]) -> None:
@@ -278,7 +314,7 @@ class Runner:
         for ch in changes:
             run = self._runs.get(ch.job, 0)
             out.append(replace(ch, run=run) if run and not ch.run else ch)
-            if ch.type in (COMPLETED, FAILED, CANCELLED):
+            if ch.type.ends:
                 self._runs.pop(ch.job, None)
         return out
 
@@ -286,7 +322,8 @@ class Runner:
         for ch in changes:
             if ch.job in rejected:
                 # Cancelled between the decision and the commit: undo it here, never start it.
-                forgot = ch.type in (SCHEDULED, PREEMPTED) and self.live.cancel(ch.job, now) is not None
+                with self.lock:
+                    forgot = ch.type in (SCHEDULED, PREEMPTED) and self.live.cancel(ch.job, now) is not None
                 if forgot and self._runs.get(ch.job) == ch.run:
                     self._runs.pop(ch.job, None)
                 if ch.type == PREEMPTED:

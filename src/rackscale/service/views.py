@@ -15,6 +15,7 @@ from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.scheduler.status import Status, relative
 from rackscale.service.auth import Principal
 from rackscale.service.live import LiveCluster
+from rackscale.service.phase import JobPhase
 from rackscale.service.store import EventRow, JobRow
 
 
@@ -218,7 +219,7 @@ def job_out(
     said as a clock time of the service clock, in UTC, and from ``now`` ("from 14:05 UTC, in 2 h 10 min").
     ``earlier``: the count and latest rows of the name's earlier runs (``Store.earlier_runs``)."""
     reason, message = row.reason, row.message
-    if why is not None and row.status == "pending":
+    if why is not None and row.status == JobPhase.PENDING:
         reason = why.reason.value
         message = why.text((lambda at: f"from {say_time(at, now)}") if now is not None else None)
     return JobOut(
@@ -383,7 +384,8 @@ def queues_out(live: LiveCluster, counts: dict[str, dict[str, int]]) -> QueueLis
 
 def kpis_out(live: LiveCluster, now: float) -> KpisOut:
     k, kpi = live.counters, live.kpi
-    moved = kpi.bytes_nvlink + kpi.bytes_rdma + kpi.bytes_backbone
+    by = live.bytes_moved(now)
+    moved = by.total
     c = live.cluster
     return KpisOut(
         now=now,
@@ -394,8 +396,8 @@ def kpis_out(live: LiveCluster, now: float) -> KpisOut:
         idle_rate=kpi.idle_waiting_gpu_s / kpi.available_while_waiting_gpu_s
         if kpi.available_while_waiting_gpu_s
         else 0.0,
-        intra_rack_traffic_share=kpi.bytes_nvlink / moved if moved else None,
-        traffic_bytes={"nvlink": kpi.bytes_nvlink, "rdma": kpi.bytes_rdma, "backbone": kpi.bytes_backbone},
+        intra_rack_traffic_share=by.nvlink / moved if moved else None,
+        traffic_bytes={"nvlink": by.nvlink, "rdma": by.rdma, "backbone": by.backbone},
         completed=k.completed,
         failed=k.failed,
         preemption_victims=k.preemption_victims,

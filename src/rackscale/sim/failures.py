@@ -1,40 +1,30 @@
-"""Failures in the simulation: parts fail and are repaired; the jobs on them restart from a checkpoint.
+"""Failures in the simulation: the fault source draws which part fails when; the host stops the jobs on it,
+which restart from a checkpoint (:meth:`rackscale.host.host.ClusterHost.stop_hit`).
 
-A mixin of :class:`rackscale.sim.simulator.Simulator` (it stops, re-times and requeues the simulator's jobs).
+A mixin of :class:`rackscale.sim.simulator.Simulator` (the event side: failure and repair events).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from rackscale.host.progress import Progress
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster
 from rackscale.sim.engine import Event, EventKind, EventQueue
 from rackscale.sim.faults import FaultSource, Part
-from rackscale.sim.records import JobRun
 
 
 class FailuresMixin:
     cluster: GPUCluster
     state: ClusterState
     q: EventQueue
-    runs: dict[str, JobRun]
-    uplinks_down: list[int]
-    multi_rack_by_rack: list[set[str]]
+    progress: Progress
     _faults: FaultSource
 
-    def _set_rate(self, r: JobRun, now: float) -> None:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # the host's (ClusterHost comes after this mixin in the simulator's bases)
 
-    def _progress(self, r: JobRun, now: float) -> None:
-        raise NotImplementedError
-
-    def _lose_since_checkpoint(self, r: JobRun, now: float) -> None:
-        raise NotImplementedError
-
-    def _stop(self, r: JobRun, now: float, *, release: bool = True) -> None:
-        raise NotImplementedError
-
-    def _requeue(self, r: JobRun, now: float, *, why: str) -> None:
-        raise NotImplementedError
+        def stop_hit(self, names: set[str], now: float, *, why: str) -> None: ...
 
     def _schedule_failure(self, part: Part, now: float) -> None:
         gap = self._faults.next_failure_in(part)
@@ -61,16 +51,9 @@ class FailuresMixin:
             target = (part.value, node, -1)
         else:
             rack = self._faults.pick(len(self.cluster.racks))
-            self.uplinks_down[rack] += 1
             target = (part.value, rack, -1)
-            for name in sorted(self.multi_rack_by_rack[rack]):
-                self._set_rate(self.runs[name], now)
-        for name in sorted(hit):
-            r = self.runs[name]
-            self._progress(r, now)
-            self._lose_since_checkpoint(r, now)
-            self._stop(r, now)
-            self._requeue(r, now, why=f"{part.value} failure")
+            self.progress.uplink_failed(rack, now)
+        self.stop_hit(hit, now, why=f"{part.value} failure")
         self.q.push(now + self._faults.repair_in(part), EventKind.REPAIR, target=target)
         return bool(hit)
 
@@ -82,9 +65,7 @@ class FailuresMixin:
         elif part is Part.NODE:
             self.state.recover_node(index)
         else:
-            self.uplinks_down[index] = max(0, self.uplinks_down[index] - 1)
-            for name in sorted(self.multi_rack_by_rack[index]):
-                self._set_rate(self.runs[name], self.q.now)
+            self.progress.uplink_repaired(index, self.q.now)
         return part is not Part.UPLINK
 
     def _gpu_at(self, g: int) -> tuple[int, int]:

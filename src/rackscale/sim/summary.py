@@ -3,7 +3,7 @@ computed verdict, and why the last job ended so long after the last arrival.
 
 Shared by ``rackscale simulate`` and the HTML report (:mod:`rackscale.sim.report`), so both say the same.
 Values stay raw numbers everywhere else (JSON); these helpers only write them for people. ``None`` (a KPI
-with nothing to measure, see :mod:`rackscale.sim.kpis`) is always written "n/a".
+with nothing to measure, see :mod:`rackscale.host.kpis`) is always written "n/a".
 """
 
 from __future__ import annotations

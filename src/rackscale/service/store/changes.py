@@ -97,7 +97,7 @@ def _update(**values: Any) -> Any:
 
 # One UPDATE per kind of change, run with executemany; the placement stays after the end (where it ran).
 _ENDED: dict[str, Any] = {"ended": bindparam("b_time"), "exit_code": bindparam("b_exit_code")}
-_UPDATES = {
+_UPDATES: dict[str, Any] = {
     SCHEDULED: _update(started=bindparam("b_time"), placement=bindparam("b_placement")),
     PREEMPTED: _update(placement=None, restarts=jobs.c.restarts + 1),
     COMPLETED: _update(**_ENDED),

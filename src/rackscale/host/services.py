@@ -1,22 +1,24 @@
-"""Inference services in the simulation: capacity, the daily demand they serve, and autoscaling.
+"""Inference services on the host: capacity, the daily demand they serve, and autoscaling.
 
-A mixin of :class:`rackscale.sim.simulator.Simulator` (it reads the simulator's state and queue).
+A mixin of :class:`rackscale.host.host.ClusterHost` (it reads the host's state and queue). The simulator
+calls ``_autoscale`` on its periodic tick; the accounting (``_serve``) runs under both clocks.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
+from rackscale.host import serving
+from rackscale.host.kpis import KpiAccumulator
+from rackscale.host.perf import Layout, replica_tokens_per_s
+from rackscale.host.runs import JobRun
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster
 from rackscale.model.workload import JobSpec, ServingProfile
 from rackscale.scheduler import PendingQueue
 from rackscale.scheduler.cycles import CycleDriver
-from rackscale.sim import serving
-from rackscale.sim.kpis import KpiAccumulator
-from rackscale.sim.perf import Layout, replica_tokens_per_s
-from rackscale.sim.records import JobRun
 
 
 class ServicesMixin:
@@ -28,8 +30,9 @@ class ServicesMixin:
     serving_jobs: set[str]
     cycles: CycleDriver
 
-    def _enqueue(self, spec: JobSpec) -> None:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # the host's
+
+        def _enqueue(self, spec: JobSpec) -> None: ...
 
     def _profile(self, spec: JobSpec) -> ServingProfile:
         return spec.serving or ServingProfile()
@@ -61,8 +64,7 @@ class ServicesMixin:
             )
             have = rj.placement.units
             if want > have and spec.name not in self.pending:
-                self._enqueue(replace(spec, units=want, min_units=have + 1))
-                self.cycles.arrived(spec.name)
+                self._enqueue(replace(spec, units=want, min_units=have + 1))  # noted as arrived for the cycle
             elif want < have:
                 self._scale_down(r, have - want)
                 freed = True

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import cast
 
 from rackscale.model.workload import JobKind
 
@@ -39,6 +40,67 @@ def percentile(xs: Sequence[float], q: float) -> float | None:
         return None
     s = sorted(xs)
     return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Kpis(Mapping[str, Kpi]):
+    """The KPIs of one run (definitions: the module's docstring). ``None``: nothing to measure.
+
+    Typed fields for code; a read-only mapping for tables and output (``kpis["idle_rate"]``), in this
+    order, with the per-kind means (``mean_jct_s_training``...) of the kinds that had jobs after it;
+    :meth:`as_dict` for JSON.
+    """
+
+    completed: int
+    failed: int
+    allocation_ratio: float | None
+    idle_rate: float | None
+    idle_no_work_share: float | None
+    intra_rack_traffic_share: float | None
+    rdma_bytes: float
+    backbone_bytes: float
+    single_rack_share: float | None
+    mean_jct_s: float | None
+    p50_jct_s: float | None
+    p99_jct_s: float | None
+    mean_queueing_s: float | None
+    p50_queueing_s: float | None
+    p99_queueing_s: float | None
+    training_samples_per_s: float | None
+    inference_tokens_per_s: float | None
+    cost_per_hour: float
+    cost_per_million_tokens: float | None
+    cost_per_million_samples: float | None
+    cost_efficiency_samples: float | None
+    cost_efficiency_tokens: float | None
+    slo_attainment: float | None
+    worst_p99_latency_s: float | None
+    inference_overloaded_share: float | None
+    fragmentation: float | None
+    preemptions: int
+    restarts: int
+    lost_gpu_hours: float
+    makespan_s: float | None
+    events: int
+    cycles: int
+    by_kind: Mapping[str, float] = field(default_factory=dict)  # mean_jct_s_<kind>, mean_queueing_s_<kind>
+
+    def as_dict(self) -> dict[str, Kpi]:
+        out: dict[str, Kpi] = {name: getattr(self, name) for name in _KPI_NAMES}
+        out.update(self.by_kind)
+        return out
+
+    def __getitem__(self, key: str) -> Kpi:
+        if key in _KPI_NAMES:
+            return cast(Kpi, getattr(self, key))
+        return self.by_kind[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from _KPI_NAMES
+        yield from self.by_kind
+
+    def __len__(self) -> int:
+        return len(_KPI_NAMES) + len(self.by_kind)
 
 
 @dataclass(slots=True)
@@ -62,6 +124,7 @@ class KpiAccumulator:
     queueing: dict[JobKind, list[float]] = field(default_factory=dict)
     completed: int = 0
     failed: int = 0
+    cancelled: int = 0  # the service only (a simulated workload is never cancelled)
     preemptions: int = 0
     restarts: int = 0
     lost_gpu_s: float = 0.0
@@ -92,7 +155,7 @@ class KpiAccumulator:
     def started(self, kind: JobKind, *, wait: float) -> None:
         self.queueing.setdefault(kind, []).append(wait)
 
-    def kpis(self, *, makespan_s: float, cluster_gpus: int, price_per_gpu_hour: float) -> dict[str, Kpi]:
+    def kpis(self, *, makespan_s: float, cluster_gpus: int, price_per_gpu_hour: float) -> Kpis:
         """The KPIs of a run that lasted ``makespan_s`` (first arrival to the last event; 0: nothing ran)."""
         all_jct = [x for xs in self.jct.values() for x in xs]
         all_wait = [x for xs in self.queueing.values() for x in xs]
@@ -102,43 +165,47 @@ class KpiAccumulator:
         samples_s = self.samples / span if span is not None else None
         tokens_s = self.tokens / span if span is not None else None
         total_bytes = self.bytes_nvlink + self.bytes_rdma + self.bytes_backbone
-        out: dict[str, Kpi] = {
-            "completed": self.completed,
-            "failed": self.failed,
-            "allocation_ratio": _ratio(self.allocated_gpu_s, self.available_gpu_s),
+        return Kpis(
+            completed=self.completed,
+            failed=self.failed,
+            allocation_ratio=_ratio(self.allocated_gpu_s, self.available_gpu_s),
             # no job waited: no GPU was idle while work waited (0); no time at all: nothing to measure
-            "idle_rate": _ratio(self.idle_waiting_gpu_s, self.available_while_waiting_gpu_s)
+            idle_rate=_ratio(self.idle_waiting_gpu_s, self.available_while_waiting_gpu_s)
             if self.available_while_waiting_gpu_s > 0
             else (0.0 if self.available_gpu_s > 0 else None),
-            "idle_no_work_share": _ratio(self.idle_no_work_gpu_s, self.available_gpu_s),
-            "intra_rack_traffic_share": _ratio(self.bytes_nvlink, total_bytes),
-            "rdma_bytes": self.bytes_rdma,
-            "backbone_bytes": self.bytes_backbone,
-            "single_rack_share": _ratio(self.single_rack_starts, self.multi_gpu_starts),
-            "mean_jct_s": statistics.fmean(all_jct) if all_jct else None,
-            "p50_jct_s": percentile(all_jct, 0.50),
-            "p99_jct_s": percentile(all_jct, 0.99),
-            "mean_queueing_s": statistics.fmean(all_wait) if all_wait else None,
-            "p50_queueing_s": percentile(all_wait, 0.50),
-            "p99_queueing_s": percentile(all_wait, 0.99),
-            "training_samples_per_s": samples_s,
-            "inference_tokens_per_s": tokens_s,
-            "cost_per_hour": cost_per_hour,
-            "cost_per_million_tokens": cost / self.tokens * 1e6 if cost is not None and self.tokens else None,
-            "cost_per_million_samples": cost / self.samples * 1e6 if cost is not None and self.samples else None,
-            "cost_efficiency_samples": _ratio(samples_s, cost_per_hour * 3600.0),
-            "cost_efficiency_tokens": _ratio(tokens_s, cost_per_hour * 3600.0),
-            "slo_attainment": _ratio(self.slo_met_weight, self.slo_weight),
-            "worst_p99_latency_s": self.worst_p99_latency_s if self.worst_p99_latency_s > 0 else None,
-            "inference_overloaded_share": _ratio(self.overloaded_weight, self.slo_weight),
-            "fragmentation": statistics.fmean(self.frag_samples) if self.frag_samples else None,
-            "preemptions": self.preemptions,
-            "restarts": self.restarts,
-            "lost_gpu_hours": self.lost_gpu_s / 3600.0,
-            "makespan_s": span,
-            "events": self.events,
-            "cycles": self.cycles,
-        }
+            idle_no_work_share=_ratio(self.idle_no_work_gpu_s, self.available_gpu_s),
+            intra_rack_traffic_share=_ratio(self.bytes_nvlink, total_bytes),
+            rdma_bytes=self.bytes_rdma,
+            backbone_bytes=self.bytes_backbone,
+            single_rack_share=_ratio(self.single_rack_starts, self.multi_gpu_starts),
+            mean_jct_s=statistics.fmean(all_jct) if all_jct else None,
+            p50_jct_s=percentile(all_jct, 0.50),
+            p99_jct_s=percentile(all_jct, 0.99),
+            mean_queueing_s=statistics.fmean(all_wait) if all_wait else None,
+            p50_queueing_s=percentile(all_wait, 0.50),
+            p99_queueing_s=percentile(all_wait, 0.99),
+            training_samples_per_s=samples_s,
+            inference_tokens_per_s=tokens_s,
+            cost_per_hour=cost_per_hour,
+            cost_per_million_tokens=cost / self.tokens * 1e6 if cost is not None and self.tokens else None,
+            cost_per_million_samples=cost / self.samples * 1e6 if cost is not None and self.samples else None,
+            cost_efficiency_samples=_ratio(samples_s, cost_per_hour * 3600.0),
+            cost_efficiency_tokens=_ratio(tokens_s, cost_per_hour * 3600.0),
+            slo_attainment=_ratio(self.slo_met_weight, self.slo_weight),
+            worst_p99_latency_s=self.worst_p99_latency_s if self.worst_p99_latency_s > 0 else None,
+            inference_overloaded_share=_ratio(self.overloaded_weight, self.slo_weight),
+            fragmentation=statistics.fmean(self.frag_samples) if self.frag_samples else None,
+            preemptions=self.preemptions,
+            restarts=self.restarts,
+            lost_gpu_hours=self.lost_gpu_s / 3600.0,
+            makespan_s=span,
+            events=self.events,
+            cycles=self.cycles,
+            by_kind=self._by_kind(),
+        )
+
+    def _by_kind(self) -> dict[str, float]:
+        out: dict[str, float] = {}
         for kind in JobKind:
             if kind in self.jct:
                 out[f"mean_jct_s_{kind.value}"] = statistics.fmean(self.jct[kind])
@@ -150,3 +217,6 @@ class KpiAccumulator:
 def _ratio(a: float | None, b: float) -> float | None:
     """``a / b``; ``None`` (nothing to measure) where ``a`` is unknown or ``b`` is not positive."""
     return a / b if a is not None and b > 0 else None
+
+
+_KPI_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Kpis) if f.name != "by_kind")

@@ -1,0 +1,342 @@
+"""The host: one cluster's state, its pending queue, the network it loads, the KPIs, and the application of
+the scheduler's decisions — the same code under the simulator's virtual clock and the service's wall clock.
+
+No I/O and no clock: every call takes ``now``. What differs between the two clocks is only who calls:
+- the simulator (:mod:`rackscale.sim.simulator`) calls :meth:`ClusterHost.submit` at each arrival event,
+  :meth:`finish` when the performance model's announced end comes, and runs :meth:`cycle` once per
+  instant; it reads the job runs at the end.
+- the service's runner (:mod:`rackscale.service.runner`) calls :meth:`submit` and :meth:`cancel` for what
+  the API took, :meth:`finish` for the exits its backend saw, and :meth:`cycle` every step; it persists the
+  :class:`Change` values they return, then starts and stops work on the backend.
+
+Every running job's progress is modelled (:class:`rackscale.host.progress.Progress`): the simulator needs
+it to know when a job ends, and both need it for the bytes each tier carried (the intra-rack share).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rackscale.host.changes import Change, ChangeKind
+from rackscale.host.kpis import KpiAccumulator
+from rackscale.host.perf import samples_per_step
+from rackscale.host.progress import BytesMoved, EndSink, Progress, ignore_ends
+from rackscale.host.runs import JobRun, RunStatus, RuntimeDefaults
+from rackscale.host.services import ServicesMixin
+from rackscale.model.placement import Placement
+from rackscale.model.state import ClusterState
+from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
+from rackscale.model.workload import JobKind, JobSpec
+from rackscale.scheduler import Code, Decisions, PendingQueue, ResourceScheduler, Status, apply_decisions
+from rackscale.scheduler.cycles import CycleDriver
+from rackscale.scheduler.framework import Profile
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostOptions:
+    """What differs between the simulator's host and the service's, beyond the clock.
+
+    - ``explain``: keep each waiting job's latest reason and report its first one as a WAITING change (the
+      service shows them; a simulation of a million jobs would only pay for them).
+    - ``keep_ended``: keep the runs of ended jobs (the simulator's result; the service's store has them).
+    - ``max_restarts``: a job stopped more often than this (preempted, a failed part) fails; None: never.
+    """
+
+    explain: bool = True
+    keep_ended: bool = False
+    max_restarts: int | None = None
+    defaults: RuntimeDefaults = field(default_factory=RuntimeDefaults)
+
+
+class ClusterHost(ServicesMixin):
+    def __init__(
+        self,
+        cluster: GPUCluster,
+        *,
+        policy: str | Profile = "rackscale",
+        seed: int = 0,
+        options: HostOptions | None = None,
+        on_end: EndSink = ignore_ends,
+    ) -> None:
+        self.options = options or HostOptions()
+        self.cluster = cluster
+        self.state = ClusterState(cluster)
+        self.sched = ResourceScheduler(profile=policy, seed=seed)
+        self.policy = self.sched.profile.name
+        self.pending = PendingQueue()
+        self.cycles = CycleDriver()  # what the next cycle must look at (everything, or the jobs queued since)
+        self.kpi = KpiAccumulator()
+        self.runs: dict[str, JobRun] = {}  # every job queued or running (and ended ones, with keep_ended)
+        self.specs: dict[str, JobSpec] = {}  # every job queued or running
+        self.progress = Progress(cluster, runs=self.runs, kpi=self.kpi, on_end=on_end, defaults=self.options.defaults)
+        self.monitor = self.progress.monitor
+        self.waiting_milli = 0  # GPU demand of the queued jobs (for the idle rate)
+        self.serving_jobs: set[str] = set()  # running services (the per-instant accounting visits only these)
+        self.why: dict[str, Status] = {}  # the latest reason each queued job waits (with ``explain``)
+        self.attempts: Counter[str] = Counter()  # jobs looked at by cycles, by result
+        self.ended = 0  # jobs completed, failed or cancelled
+        self._unexplained: set[str] = set()  # queued jobs no cycle has given a reason yet
+        self._last: float | None = None
+
+    # ------------------------------------------------------------------ inputs
+    def submit(self, spec: JobSpec) -> JobRun:
+        """A job arrives and waits."""
+        if spec.name in self.specs:
+            raise ValueError(f"job {spec.name!r} is already queued or running")
+        r = JobRun(spec, self.progress.work_of(spec))
+        self.runs[spec.name] = r
+        self.specs[spec.name] = spec
+        self._enqueue(spec)
+        return r
+
+    def restore(self, spec: JobSpec, placement: Placement, *, started: float, now: float) -> None:
+        """Put a job the store says is running back on its placement (after a restart): it goes on from
+        ``now`` at its modelled speed."""
+        r = JobRun(spec, self.progress.work_of(spec), status=RunStatus.RUNNING, run_start=started, since=now)
+        r.first_start = started
+        self.state.allocate(spec, placement, now=started, expected_end=_expected_end(spec, started))
+        self.runs[spec.name] = r
+        self.specs[spec.name] = spec
+        self._run_on(r, placement, now)
+
+    def finish(
+        self, name: str, now: float, *, ok: bool = True, exit_code: int | None = None, reason: str = ""
+    ) -> Change | None:
+        """A running job ended: completed (its work is done, or its backend says it exited 0), or failed."""
+        r = self.runs.get(name)
+        if r is None or r.status is not RunStatus.RUNNING:
+            return None
+        self.progress.advance(r, now)
+        if not ok:
+            self._fail(r, reason or "the job failed", now)
+            return Change(
+                name, ChangeKind.FAILED, now, "BackendFailed", reason or "the job failed", exit_code=exit_code
+            )
+        self._stop(r, now)
+        r.status, r.end = RunStatus.COMPLETED, now
+        self._ended(r)
+        self.kpi.finished(r.spec.kind, jct=now - r.spec.submit_time)
+        if r.spec.kind is JobKind.TRAINING and r.layout is not None:
+            self.kpi.samples += r.work * samples_per_step(r.spec, r.layout.gpus)
+        return Change(name, ChangeKind.COMPLETED, now, "Completed", reason or "finished", exit_code=exit_code)
+
+    def cancel(self, name: str, now: float) -> Change | None:
+        r = self.runs.get(name)
+        if r is None or r.status.ended:
+            return None
+        if r.status is RunStatus.RUNNING:
+            self.progress.advance(r, now)
+            self._stop(r, now)
+        self._dequeue(name)
+        r.status, r.reason, r.end = RunStatus.CANCELLED, "cancelled by a user", now
+        self.kpi.cancelled += 1
+        self._ended(r)
+        return Change(name, ChangeKind.CANCELLED, now, "Cancelled", "cancelled by a user")
+
+    # ------------------------------------------------------------------ the cycle
+    def cycle(self, now: float) -> list[Change]:
+        """Run this instant's scheduling cycle (if anything could newly fit) and apply its decisions."""
+        d = self.cycles.run(self.sched, self.state, self.pending, now)
+        return [] if d is None else self.apply(d, now)
+
+    def apply(self, d: Decisions, now: float) -> list[Change]:
+        out: list[Change] = []
+        self.kpi.cycles += 1
+        for pre in d.preemptions:
+            r = self.runs[pre.victim]
+            self.progress.advance(r, now)
+            self.progress.lose_since_checkpoint(r, now, gpus=self._gpus_of(r))
+            self._stop(r, now, release=False)  # apply_decisions releases it from the state
+            self.kpi.preemptions += 1
+            out.append(
+                Change(
+                    pre.victim,
+                    ChangeKind.PREEMPTED,
+                    now,
+                    "Preempted",
+                    self._preempted_by(r.spec, pre.preemptor, pre.reason),
+                )
+            )
+            self._requeue(r, now, why="preempted")
+        apply_decisions(self.state, d, now=now)
+        for p in d.placed:
+            name = p.spec.name
+            r = self.runs[name]
+            self._dequeue(name)
+            self.attempts["scheduled"] += 1
+            if p.scale_up:
+                self._rescale(r, now)
+                continue
+            self._start_run(r, p.placement, now)
+            how = "backfilled" if p.backfilled else "placed"
+            where = _where(self.cluster, p.placement)
+            out.append(Change(name, ChangeKind.SCHEDULED, now, "Scheduled", f"{how} on {where}", p.placement))
+        for w in d.pending:
+            name = w.spec.name
+            self.attempts["unschedulable"] += 1
+            if w.status.code is Code.UNRESOLVABLE and name not in self.state.running:
+                self._dequeue(name)
+                self._fail(self.runs[name], f"{w.status.reason.value}: {w.status.message}", now)
+                out.append(Change(name, ChangeKind.FAILED, now, w.status.reason.value, w.status.message))
+            elif self.options.explain:
+                self._explain(name, w.status, now, out)
+        # Jobs the cycle skipped (nothing of their shape could fit) share one status; give it to the ones
+        # that have no reason yet, so every waiting job says why.
+        if self.options.explain and d.not_examined_status is not None:
+            for name in sorted(self._unexplained):
+                if name in self.pending:
+                    self._explain(name, d.not_examined_status, now, out)
+        return out
+
+    # ------------------------------------------------------------------ accounting
+    def account(self, now: float) -> None:
+        """Add the interval since the last call to the KPIs (DESIGN section 5), at the state it had."""
+        last, self._last = self._last, now
+        if last is None or now <= last:
+            return
+        dt = now - last
+        self.kpi.interval(
+            dt=dt,
+            healthy=self.cluster.total_gpus - self.state.failed_gpus_count,
+            allocated=self.state.used_milli / MILLI_PER_GPU,
+            waiting_demand=self.waiting_milli / MILLI_PER_GPU,
+        )
+        self._serve(dt, (now + last) / 2)
+
+    def bytes_moved(self, now: float) -> BytesMoved:
+        """Bytes per tier so far, including the running jobs' since their last update (no state changes)."""
+        return self.progress.bytes_moved(now, (self.runs[n] for n in self.state.running if n in self.runs))
+
+    # ------------------------------------------------------------------ failures of parts
+    def stop_hit(self, names: set[str], now: float, *, why: str) -> None:
+        """Jobs that lost GPUs to a failed part (already released from the state): back to the queue."""
+        for name in sorted(names):
+            r = self.runs[name]
+            self.progress.advance(r, now)
+            self.progress.lose_since_checkpoint(r, now, gpus=self._gpus_of(r))
+            self._stop(r, now)
+            self._requeue(r, now, why=why)
+
+    # ------------------------------------------------------------------ internals
+    def _start_run(self, r: JobRun, placement: Placement, now: float) -> None:
+        spec = r.spec
+        r.status, r.run_start, r.since = RunStatus.RUNNING, now, now
+        if r.first_start is None:
+            r.first_start = now
+            self.kpi.started(spec.kind, wait=now - spec.submit_time)
+        self._run_on(r, placement, now)
+
+    def _run_on(self, r: JobRun, placement: Placement, now: float) -> None:
+        self.progress.place(r, placement)
+        assert r.layout is not None
+        if r.spec.kind is JobKind.TRAINING and r.layout.gpus > 1:
+            self.kpi.multi_gpu_starts += 1
+            self.kpi.single_rack_starts += r.layout.racks == 1
+        self.progress.attach(r, placement)
+        if r.spec.kind is JobKind.INFERENCE:
+            self.serving_jobs.add(r.spec.name)
+            self._rescale(r, now)
+        self.progress.set_rate(r, now)
+        if r.traffic is not None and r.traffic.inter_rack > 0:
+            self.progress.refresh_neighbours(r, now)
+
+    def _stop(self, r: JobRun, now: float, *, release: bool = True) -> None:
+        name = r.spec.name
+        if release and name in self.state.running:
+            self.state.release(name)
+            self.cycles.freed = True
+        self.progress.detach(r, now)
+        self.serving_jobs.discard(name)
+        r.status = RunStatus.STOPPED
+        r.generation += 1
+
+    def _gpus_of(self, r: JobRun) -> float:
+        rj = self.state.running.get(r.spec.name)
+        if rj is not None:
+            return rj.placement.gpu_milli / MILLI_PER_GPU
+        return r.layout.gpus if r.layout else 0
+
+    def _requeue(self, r: JobRun, now: float, *, why: str) -> None:
+        r.restarts += 1
+        self.kpi.restarts += 1
+        cap = self.options.max_restarts
+        if cap is not None and r.restarts > cap:
+            self._fail(r, f"stopped {r.restarts} times (last: {why}); gave up", now)
+            return
+        r.status = RunStatus.PENDING
+        self._enqueue(r.spec)
+
+    def _fail(self, r: JobRun, reason: str, now: float) -> None:
+        if r.status.ended:
+            return
+        if r.status is RunStatus.RUNNING:
+            self._stop(r, now)
+        self._dequeue(r.spec.name)
+        r.status, r.reason, r.end = RunStatus.FAILED, reason, now
+        self.kpi.failed += 1
+        self._ended(r)
+
+    def _ended(self, r: JobRun) -> None:
+        name = r.spec.name
+        self.ended += 1
+        self.specs.pop(name, None)
+        self.why.pop(name, None)
+        self._unexplained.discard(name)
+        if not self.options.keep_ended:
+            self.runs.pop(name, None)
+
+    def _enqueue(self, spec: JobSpec) -> None:
+        old = self.pending.get(spec.name)
+        if old is not None:
+            self.waiting_milli -= _demand_milli(old)
+        self.pending.add(spec)
+        self.waiting_milli += _demand_milli(spec)
+        self.cycles.arrived(spec.name)
+        if self.options.explain:
+            self._unexplained.add(spec.name)
+
+    def _dequeue(self, name: str) -> None:
+        spec = self.pending.get(name)
+        if spec is not None:
+            self.pending.remove(name)
+            self.waiting_milli -= _demand_milli(spec)
+            self.why.pop(name, None)
+            self._unexplained.discard(name)
+
+    def _preempted_by(self, victim: JobSpec, preemptor: str, reason: str) -> str:
+        """The victim's event: the preemptor is named only within one queue (its owner may see it); another
+        tenant's job is never named to the victim's owner."""
+        other = self.specs.get(preemptor)
+        who = f"job {preemptor!r}" if other is not None and other.queue == victim.queue else "a job of another queue"
+        return f"preempted by {who} ({reason})"
+
+    def _explain(self, name: str, status: Status, now: float, out: list[Change]) -> None:
+        """Keep the latest reason in memory (the API shows it). Only a job's first reason is a change, which
+        is persisted and logged: later ones move with every cycle (messages carry times and counts, and a
+        reservation coming or going flips thousands of jobs at once), too often to write down each."""
+        self._unexplained.discard(name)
+        first = name not in self.why
+        self.why[name] = status
+        if first:
+            out.append(Change(name, ChangeKind.WAITING, now, status.reason.value, status.message))
+
+
+def _demand_milli(spec: JobSpec) -> int:
+    return spec.unit.gpu_demand_milli * spec.required_units
+
+
+def _expected_end(spec: JobSpec, start: float) -> float | None:
+    return start + spec.duration_estimate_s if spec.duration_estimate_s is not None else None
+
+
+def _where(cluster: GPUCluster, placement: Placement) -> str:
+    racks = sorted({cluster.racks[cluster.nodes[a.node].rack].name for a in placement.allocs})
+    shown = ", ".join(racks[:4]) + (f" and {len(racks) - 4} more" if len(racks) > 4 else "")
+    return f"{len(placement.allocs)} node(s) in rack(s) {shown}"
+
+
+Factory = Callable[..., ClusterHost]
+
+__all__ = ["ClusterHost", "HostOptions"]

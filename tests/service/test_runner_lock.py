@@ -1,0 +1,68 @@
+"""The runner never holds the state lock across I/O: while a backend call or the store's commit blocks, API
+reads (``runner.reading()``, which /metrics and every GET take) go through.
+
+Each case blocks one I/O call of a step on an event, then checks from another thread that the lock can be
+taken while the step waits; with the lock held across that call the acquire would time out.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.service.conftest import small_cluster
+
+from rackscale.backends.sim import SimBackend
+from rackscale.service.live import LiveCluster
+from rackscale.service.runner import Runner, spec_of
+from rackscale.service.store import Store
+
+
+class HandClock:
+    speed = 1.0
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("blocked", ["backend.start", "backend.poll", "store.apply"], ids=lambda b: b)
+def test_reads_go_through_while_a_step_waits_on_io(tmp_path: Path, blocked: str) -> None:
+    cluster = small_cluster()
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    backend = SimBackend(cluster)
+    runner = Runner(LiveCluster(cluster), store, backend, HandClock())  # type: ignore[arg-type]
+    runner.recover()
+    doc = {"name": "j", "kind": "training", "gpus": 8, "durationEstimateSeconds": 100}
+    row = store.insert_job(name="j", queue="q", kind="training", gpus=8, priority=0, doc=doc, submitted=0.0)
+    runner.submitted(spec_of(row), row.seq)
+
+    owner, attr = blocked.split(".")
+    target: Any = backend if owner == "backend" else store
+    real = getattr(target, attr)
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        assert release.wait(10), "the test never released the call"
+        return real(*args, **kwargs)
+
+    setattr(target, attr, slow)
+    step = threading.Thread(target=runner.step)
+    step.start()
+    try:
+        assert entered.wait(10), f"the step never called {blocked}"
+        got = runner.lock.acquire(timeout=2)
+        assert got, f"the state lock is held while {blocked} blocks: readers would wait on it"
+        runner.lock.release()
+    finally:
+        release.set()
+        step.join(10)
+    assert not step.is_alive()
+    runner.step()
+    assert [(r.name, r.status) for r in store.jobs()] == [("j", "running")]
+    store.close()
