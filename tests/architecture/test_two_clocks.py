@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.service.conftest import HandClock
 
 from rackscale.backends.sim import SimBackend
 from rackscale.host.changes import Change, ChangeKind
@@ -80,16 +81,6 @@ class RecordingSimulator(Simulator):
         if ch is not None:
             self.log.append(ch)
         return ch
-
-
-class HandClock:
-    speed = 1.0
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def now(self) -> float:
-        return self.t
 
 
 def decisions(changes: list[Change]) -> list[tuple[float, str, ChangeKind, Any]]:

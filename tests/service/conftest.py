@@ -83,3 +83,15 @@ def service(tmp_path: Path) -> Iterator[LiveService]:
     cfg = ServiceConfig(data_dir=tmp_path / "data", cluster=small_cluster(), speed=1000.0, interval_s=0.01)
     with serve_in_thread(cfg) as live:
         yield live
+
+
+class HandClock:
+    """The service clock, moved by the test (``clock.t = ...``)."""
+
+    speed = 1.0
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t

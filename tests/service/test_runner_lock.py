@@ -12,22 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.service.conftest import small_cluster
+from tests.service.conftest import HandClock, small_cluster
 
 from rackscale.backends.sim import SimBackend
 from rackscale.service.live import LiveCluster
 from rackscale.service.runner import Runner, spec_of
 from rackscale.service.store import Store
-
-
-class HandClock:
-    speed = 1.0
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def now(self) -> float:
-        return self.t
 
 
 @pytest.mark.parametrize("blocked", ["backend.start", "backend.poll", "store.apply"], ids=lambda b: b)

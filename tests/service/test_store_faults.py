@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import event
-from tests.service.conftest import LiveService, serve_in_thread, small_cluster, wait_for
+from tests.service.conftest import HandClock, LiveService, serve_in_thread, small_cluster, wait_for
 from tests.service.postgres import INSTALL_HINT, postgres_server
 
 from rackscale.backends.sim import SimBackend
@@ -321,18 +321,6 @@ def test_a_failed_submission_is_not_stored_and_may_be_sent_again(tmp_path: Path)
         lift()
         wait_for(lambda: c.get("/readyz").status_code == 200, timeout=TIMEOUT, what="healed (the runner's probe)")
         assert c.post("/v1/jobs", json=job("j")).status_code == 201
-
-
-class HandClock:
-    """The service clock, moved by the test."""
-
-    speed = 1.0
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def now(self) -> float:
-        return self.t
 
 
 def test_the_runner_keeps_what_it_could_not_commit_and_polls_nothing_until_it_can(tmp_path: Path) -> None:

@@ -14,15 +14,8 @@ service's); the wrapper runs ``python -I`` with an environment of its own, so no
 it; the data directory is closed to jobs except each job's own work directory; each log is capped at
 ``max_log_bytes``. A service that is not root runs jobs as its own user (and says so once).
 
-Files under the data directory (mode 0711: jobs may pass through, not list it):
-
-- ``logs/<job>.log`` (0600; ``logs/`` 0700): the command's stdout and stderr, written by the wrapper
-  (appended to when a preempted job runs again), within the cap;
-- ``work/<job>/`` (0700, owned by the run-as user; ``work/`` 0711): the command's working directory;
-- ``run/`` (0700): ``<job>.pid``, the wrapper's pid, which is also the job's process group;
-  ``<job>.env``, the job's environment for the wrapper (deleted once read); ``<job>.exit``,
-  ``"<wrapper pid> <returncode> <log bytes dropped>"``, written by the wrapper when the command ends
-  (older wrappers wrote the first two fields only).
+Files under the data directory (mode 0711: jobs may pass through, not list it): the layout is written once,
+in :mod:`rackscale.backends.local_files`.
 
 The ``run/`` files of a job outlive its end by one ``poll`` (until the service has recorded the exit), so a
 crash in between is recovered from the exit file. POSIX only; the wrapper is recognised through ``/proc``.
