@@ -16,7 +16,6 @@ it to know when a job ends, and both need it for the bytes each tier carried (th
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rackscale.host.changes import Change, ChangeKind
@@ -336,7 +335,5 @@ def _where(cluster: GPUCluster, placement: Placement) -> str:
     shown = ", ".join(racks[:4]) + (f" and {len(racks) - 4} more" if len(racks) > 4 else "")
     return f"{len(placement.allocs)} node(s) in rack(s) {shown}"
 
-
-Factory = Callable[..., ClusterHost]
 
 __all__ = ["ClusterHost", "HostOptions"]
