@@ -93,8 +93,8 @@ class ClusterHost(ServicesMixin):
     def restore(self, spec: JobSpec, placement: Placement, *, started: float, now: float) -> None:
         """Put a job the store says is running back on its placement (after a restart): it goes on from
         ``now`` at its modelled speed."""
-        r = JobRun(spec, self.progress.work_of(spec), status=RunStatus.RUNNING, run_start=started, since=now)
-        r.first_start = started
+        work = self.progress.work_of(spec)
+        r = JobRun(spec, work, status=RunStatus.RUNNING, run_start=started, since=now, first_start=started)
         self.state.allocate(spec, placement, now=started, expected_end=_expected_end(spec, started))
         self.runs[spec.name] = r
         self.specs[spec.name] = spec
@@ -109,10 +109,9 @@ class ClusterHost(ServicesMixin):
             return None
         self.progress.advance(r, now)
         if not ok:
-            self._fail(r, reason or "the job failed", now)
-            return Change(
-                name, ChangeKind.FAILED, now, "BackendFailed", reason or "the job failed", exit_code=exit_code
-            )
+            why = reason or "the job failed"
+            self._fail(r, why, now)
+            return Change(name, ChangeKind.FAILED, now, "BackendFailed", why, exit_code=exit_code)
         self._stop(r, now)
         r.status, r.end = RunStatus.COMPLETED, now
         self._ended(r)

@@ -91,7 +91,7 @@ class Kpis(Mapping[str, Kpi]):
         return out
 
     def __getitem__(self, key: str) -> Kpi:
-        if key in _KPI_NAMES:
+        if key in _KPI_FIELDS:
             return cast(Kpi, getattr(self, key))
         return self.by_kind[key]
 
@@ -219,4 +219,5 @@ def _ratio(a: float | None, b: float) -> float | None:
     return a / b if a is not None and b > 0 else None
 
 
-_KPI_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Kpis) if f.name != "by_kind")
+_KPI_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Kpis) if f.name != "by_kind")  # output order
+_KPI_FIELDS = frozenset(_KPI_NAMES)

@@ -83,14 +83,6 @@ def take_units(state: StateView, n: int, unit: Resources, k: int) -> list[NodeAl
     return out
 
 
-def rack_nodes_ascending(state: StateView, rack: int, at_least: int) -> Iterator[int]:
-    return state.rack_node_index[rack].ascending(at_least)
-
-
-def rack_nodes_descending(state: StateView, rack: int, at_least: int) -> Iterator[int]:
-    return state.rack_node_index[rack].descending(at_least)
-
-
 def fill_best_fit(
     state: StateView, candidates_asc: Iterable[int], units: int, unit: Resources, *, avoid: frozenset[int]
 ) -> list[NodeAlloc] | None:
@@ -172,11 +164,3 @@ def racks_descending(state: StateView, models: tuple[str, ...], at_least: int) -
 def nodes_ascending(state: StateView, models: tuple[str, ...], at_least: int) -> Iterator[int]:
     for m in models:
         yield from state.node_index[m].ascending(at_least)
-
-
-def nodes_descending(state: StateView, models: tuple[str, ...], at_least: int) -> Iterator[int]:
-    """Nodes with the most free whole GPUs first, across models (LeastAllocated)."""
-    indexes = [state.node_index[m] for m in models]
-    for c in range(len(indexes[0].buckets) - 1, max(at_least, 0) - 1, -1):
-        for ix in indexes:
-            yield from ix.buckets[c]
