@@ -91,10 +91,10 @@ class Runner:
         self.observer = observer
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
-        # ``lock`` is held while the live cluster changes; readers take it briefly. It is never held across
-        # I/O: the store's commit and the backend's calls happen outside it, so API reads and /metrics do
-        # not wait on a database or on sbatch. ``_stepping`` makes steps (and the backend calls, which come
-        # from one thread at a time) one at a time.
+        # ``lock`` is held while the live cluster changes and its changes are committed (so a reader never
+        # sees the memory ahead of the store); readers take it briefly. It is never held across a backend
+        # call: API reads and /metrics do not wait on sbatch or a process start. ``_stepping`` makes steps
+        # (and so the backend calls, which come from one thread at a time) one at a time.
         self.lock = threading.RLock()
         self._stepping = threading.Lock()
         self._inbox: deque[Message] = deque()
@@ -209,19 +209,24 @@ class Runner:
             now = self.clock.now()
             if self._unsaved is not None:  # a step whose commit failed: commit it first, or do nothing else
                 kept = self._unsaved
-                if not self._commit(now):
+                with self.lock:
+                    rejected = self._commit()
+                if rejected is None:
                     return []
                 done.append((kept.seconds, kept.changes))
+                self._act(kept.changes, rejected, now)
             exits = self._poll(now)  # backend I/O: outside the lock
-            with self.lock:
+            with self.lock:  # the memory and the store change together, as readers see them
                 changes = self._work(now, exits)
                 seconds = self._cycle_seconds
                 self._unsaved = _Unsaved(changes, seconds, time.monotonic())
+                rejected = self._commit()
             stops, self._stops = self._stops, []
             for name in stops:  # cancelled running jobs (the store says so already): stop them now
                 self._stop_job(name, now)
-            if self._commit(now):  # store I/O, then backend I/O: outside the lock
+            if rejected is not None:  # backend I/O, once committed: outside the lock
                 done.append((seconds, changes))
+                self._act(changes, rejected, now)
             self.last_step = now
             if not changes and self.store.failing and time.monotonic() - self._probed >= PROBE_S:
                 self._probed = time.monotonic()  # nothing to commit: does the store take writes again?
@@ -242,8 +247,9 @@ class Runner:
             log.exception("backend %s: poll raised %s: %s (polled again next step)", self.backend.name, name, e)
         return exits
 
-    def _commit(self, now: float) -> bool:
-        """Commit the unsaved changes; act on the backend only once they are. False: kept for the next step."""
+    def _commit(self) -> set[str] | None:
+        """Commit the unsaved changes: the jobs the store rejected (cancelled meanwhile), or None when the
+        commit failed and the changes are kept for the next step. The backend acts only on committed ones."""
         kept = self._unsaved
         assert kept is not None
         try:
@@ -258,7 +264,7 @@ class Runner:
                     len(kept.changes),
                 )
             self.unhealthy = why
-            return False
+            return None
         self._unsaved = None
         if self.unhealthy is not None:
             log.warning(
@@ -267,15 +273,13 @@ class Runner:
                 time.monotonic() - kept.since,
             )
             self.unhealthy = None
-        self._act(kept.changes, rejected, now)
-        return True
+        return rejected
 
     def _work(self, now: float, exits: list[Exit]) -> list[Change]:
         """Take the inbox, the backend's exits and a scheduling cycle: the changes, made in memory (under the
         lock). The interval since the last step is accounted first, at the state it had."""
         self.live.account(now)
         changes: list[Change] = []
-        stops: list[str] = []
         while self._inbox:
             match self._inbox.popleft():
                 case Submitted(spec, run):
@@ -283,14 +287,13 @@ class Runner:
                     if run and held and held != run:
                         # A new run of a name whose run here the store has ended: cancelled, with the cancel
                         # still on its way (two clients). The store took the new one only once no run was active.
-                        self._drop(spec.name, now, stops)
+                        self._drop(spec.name, now)
                     if spec.name not in self.live.specs:
                         self.live.submit(spec)
                         self._runs[spec.name] = run
                 case Cancelled(name, run):
                     if not (run and (held := self._runs.get(name)) and held != run):  # else: an earlier run's, done
-                        self._drop(name, now, stops)
-        self._stops.extend(stops)
+                        self._drop(name, now)
         for ex in exits:
             if (c := self._exit(ex, now)) is not None:
                 changes.append(c)
@@ -300,13 +303,14 @@ class Runner:
         self._cycle_seconds = time.perf_counter() - t0 if self.live.kpi.cycles != before else None
         return self._stamped(changes)
 
-    def _drop(self, name: str, now: float, stops: list[str]) -> None:
-        """Forget a job the store has cancelled (no change to commit: the store says so already)."""
+    def _drop(self, name: str, now: float) -> None:
+        """Forget a job the store has cancelled (no change to commit: the store says so already); a running
+        one is stopped on the backend once the step leaves the lock."""
         running = name in self.live.state.running
         if self.live.cancel(name, now) is not None:
             self._runs.pop(name, None)
             if running:
-                stops.append(name)
+                self._stops.append(name)
 
     def _stamped(self, changes: list[Change]) -> list[Change]:
         """The changes with the run each was decided for; a run that ended is forgotten after its last."""
