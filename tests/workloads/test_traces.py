@@ -638,3 +638,30 @@ def test_alibaba_five_column_pod_list_loads(tmp_path: Path) -> None:
         (250, 0, None, 0.0),
         (0, 2, None, 0.0),
     ]
+
+
+@pytest.mark.parametrize(
+    ("header", "bad", "column", "shown"),
+    [
+        (PHILLY_HEADER, "2017-10-09 07:01:55,66,1,66,v\x00c", "cluster", "a NUL byte"),
+        (POD_HEADER, "p\x1b[31m,1000,1024,1,1000,,LS,Running,0,10,0", "name", "the control character \\x1b"),
+        (POD_HEADER, "p1,1000,1024,1,1000,,L\u202eS,Running,0,10,0", "qos", "the bidirectional control \\u202e"),
+        (GENERIC_HEADER, "j\x7f1,batch,0,10,1,,,,,,", "name", "the control character \\x7f"),
+        (GENERIC_HEADER, "j1,batch,0,10,1,,,,q\x9b,,", "queue", "the control character \\x9b"),
+    ],
+    ids=["philly-nul", "pod-escape", "pod-bidi", "generic-del", "generic-c1"],
+)
+def test_hostile_characters_in_a_trace_are_a_bad_row(
+    tmp_path: Path, header: str, bad: str, column: str, shown: str
+) -> None:
+    """Trace text follows the one string rule (model/text.py): no control, bidi or NUL characters reach a
+    job's name or queue; the row is skipped (or the file rejected) naming the column and the character."""
+    good = {PHILLY_HEADER: GOOD, POD_HEADER: GOOD_POD, GENERIC_HEADER: GOOD_ROW}[header]
+    path = write(tmp_path, "t.csv", header, good, bad)
+    loader = {PHILLY_HEADER: load_philly, POD_HEADER: load_alibaba_pods, GENERIC_HEADER: load_generic}[header]
+    skipped = loader(path)
+    assert len(skipped.jobs) == 1
+    (problem,) = skipped.skipped
+    assert (problem.line, problem.path) == (3, column) and shown in problem.message
+    with pytest.raises(SpecError):
+        loader(path, on_error="reject")

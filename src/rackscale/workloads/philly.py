@@ -77,7 +77,8 @@ def load_philly(
         record: _Record | None = None
         try:
             text, duration, gpus, queue = row[i_ts], float(row[i_dur]), int(row[i_gpus]), row[i_q]
-            if shape(text) and 0.0 <= duration < inf and 0 < gpus <= MAX_UNITS and queue and queue == queue.strip():
+            clean = queue and queue == queue.strip() and queue.isprintable()  # else: the slow path says why
+            if shape(text) and 0.0 <= duration < inf and 0 < gpus <= MAX_UNITS and clean:
                 record = ((iso(text) - epoch).total_seconds(), (line, duration, gpus, queue))
         except ValueError:
             pass

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from rackscale.model.spec_docs import MAX_UNITS
 from rackscale.model.spec_errors import SpecError, SpecProblem
+from rackscale.model.text import char_name, first_bad_char
 
 
 class _Reader(Protocol):
@@ -153,6 +154,9 @@ class RowCheck:
             return None
         if not isinstance(value, str):
             self.fail(column, f"must be text, got {value!r}", f"write {column} as a string")
+            return None
+        if (bad := first_bad_char(value)) is not None:  # the one string rule of model/text.py
+            self.fail(column, f"contains {char_name(bad)}", "use printable text only")
             return None
         return value.strip()
 
