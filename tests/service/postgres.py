@@ -10,13 +10,13 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg  # the dev extras install it (rackscale[postgres])
 from tests.deploy.engines import free_port
 
 INSTALL_HINT = "install Debian's postgresql package (apt-get install postgresql) and psycopg[binary]"
@@ -71,10 +71,14 @@ def postgres_server(root: Path) -> Iterator[str]:
     try:
         deadline = time.monotonic() + 30
         while True:
+            # A session, not just a TCP connect: the server listens before it accepts sessions ("the database
+            # system is starting up"), which made the first test after start-up fail now and then.
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                with psycopg.connect(
+                    host="127.0.0.1", port=port, user="postgres", dbname="postgres", connect_timeout=1
+                ):
                     break
-            except OSError:
+            except (OSError, psycopg.OperationalError):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise AssertionError(f"PostgreSQL did not start: {log.read_text()[-2000:]}") from None
                 time.sleep(0.05)
