@@ -1,0 +1,68 @@
+"""Training plans that fit HBM, and the fastest of them on a system.
+
+Memory per GPU (mixed precision with a distributed optimizer, as Megatron-LM trains):
+``params / (tp x pp) x (2 weights + 2 gradients + 12 / dp optimizer: FP32 master, momentum, variance)``
+plus activations: with full recomputation one BF16 layer input per layer and micro-batch sequence
+(``2 s h`` bytes); without, ``s h (34 + 5 a s / h) / tp`` bytes per layer (Korthikanti et al. 2022, eq. 2),
+times the micro-batches in flight (``pp`` under 1F1B).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rackscale.llm.fabric import Links
+from rackscale.llm.hardware import System
+from rackscale.llm.training import TrainEfficiency, TrainPlan, TrainStep, TrainWorkload, train_step
+
+HBM_USABLE = 0.9
+TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
+PP_CHOICES = (1, 2, 4, 8, 16, 32)
+
+
+def train_memory_bytes(work: TrainWorkload, plan: TrainPlan) -> float:
+    model = work.model
+    shard = model.total_params() / (plan.tp * plan.pp)
+    states = shard * (2.0 + 2.0 + 12.0 / plan.dp)
+    s, h, a = work.seq_len, model.hidden, model.heads
+    layers = model.layers / plan.pp
+    if plan.recompute:
+        act = 2.0 * s * h * plan.micro_batch * layers
+    else:
+        act = s * h * (34.0 + 5.0 * a * s / h) / plan.tp * plan.micro_batch * layers
+    in_flight = min(plan.pp, max(1, work.global_batch // (plan.dp * plan.micro_batch)))
+    return states + act * in_flight
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainChoice:
+    plan: TrainPlan
+    step: TrainStep
+    memory_bytes: float
+
+
+def best_train_plan(
+    work: TrainWorkload, system: System, *, gpus: int, links: Links, eff: TrainEfficiency
+) -> TrainChoice | None:
+    """The fastest plan on ``gpus`` GPUs of ``system`` that fits HBM (None if none fits)."""
+    best: TrainChoice | None = None
+    usable = system.gpu.hbm_bytes * HBM_USABLE
+    for tp in TP_CHOICES:
+        if tp > gpus or tp > work.model.heads or gpus % tp:
+            continue
+        for pp in PP_CHOICES:
+            if gpus % (tp * pp) or pp > work.model.layers:
+                continue
+            dp = gpus // (tp * pp)
+            for micro in (1, 2, 4, 8):
+                if work.global_batch % (dp * micro):
+                    continue
+                for recompute in (False, True):
+                    plan = TrainPlan(tp=tp, pp=pp, dp=dp, micro_batch=micro, recompute=recompute)
+                    mem = train_memory_bytes(work, plan)
+                    if mem > usable:
+                        continue
+                    step = train_step(work, plan, gpu=system.gpu, links=links, domain_gpus=system.domain_gpus, eff=eff)
+                    if best is None or step.step_s < best.step.step_s:
+                        best = TrainChoice(plan=plan, step=step, memory_bytes=mem)
+    return best

@@ -1,0 +1,184 @@
+"""Training step time of a transformer under a TP x PP x DP plan, on a placement.
+
+- **compute**: ``6 x active parameters x tokens`` (forward + backward; ``8 x`` with full activation
+  recomputation) plus causal attention (``3 x`` its forward FLOPs), at the chip's dense peak times
+  ``TrainEfficiency.compute``: the model FLOP utilisation of the kernels themselves;
+- **pipeline bubble**: ``(pp - 1) / (v x m)`` of the compute, ``m`` micro-batches per step, ``v`` virtual
+  stages per GPU (interleaved 1F1B, Narayanan et al. 2021);
+- **TP all-reduces**: 4 per layer per micro-batch (2 forward, 2 backward; 2 more when recomputing) of the
+  micro-batch's activations, on the TP group's tier, not overlapped;
+- **PP sends**: activations forward and gradients back across each stage boundary, per micro-batch;
+- **DP gradient all-reduce**: BF16 gradients of the GPU's shard, hierarchical: inside a domain over NVLink,
+  between domains each of the ``k`` data-parallel ranks a domain holds sends ``1/k`` over its own NIC — the
+  bigger the NVLink domain, the fewer bytes per NIC. Not overlapped with backward (a conservative choice).
+
+MFU is ``6 N tokens / (step x GPUs x peak)``, the PaLM definition without attention or recomputation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rackscale.llm.fabric import AllReduce, Links, Span, all_reduce_s
+from rackscale.llm.hardware import GpuSpec
+from rackscale.llm.models import ModelSpec
+from rackscale.llm.precision import Precision
+
+GRAD_BYTES = 2.0
+ACT_BYTES = 2.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainEfficiency:
+    compute: float = 0.5  # calibrated per GPU type: see rackscale.llm.calibration
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainPlan:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    micro_batch: int = 1  # sequences per micro-batch
+    virtual_stages: int = 1
+    recompute: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "tp": self.tp,
+            "ep": 1,
+            "pp": self.pp,
+            "dp": self.dp,
+            "micro_batch": self.micro_batch,
+            "virtual_stages": self.virtual_stages,
+            "recompute": self.recompute,
+            "gpus": self.gpus,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainWorkload:
+    model: ModelSpec
+    precision: Precision
+    seq_len: int
+    global_batch: int  # sequences per optimizer step
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainStep:
+    compute_s: float
+    bubble_s: float
+    tp_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    tokens: float
+    model_flops: float  # 6 N tokens
+    counted_flops: float  # what the step computes (recomputation and attention included)
+    gpus: int
+    peak_flops: float
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.bubble_s + self.tp_comm_s + self.pp_comm_s + self.dp_comm_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.step_s
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops / (self.step_s * self.gpus * self.peak_flops)
+
+    @property
+    def achieved_tflops_per_gpu(self) -> float:
+        """FLOP/s per GPU counting everything computed (as Megatron-LM reports, recomputation included)."""
+        return self.counted_flops / self.step_s / self.gpus / 1e12
+
+    @property
+    def dominant(self) -> str:
+        terms = {
+            "compute": self.compute_s,
+            "pp-bubble": self.bubble_s,
+            "tp-all-reduce": self.tp_comm_s,
+            "pp-send": self.pp_comm_s,
+            "dp-all-reduce": self.dp_comm_s,
+        }
+        return max(terms, key=terms.__getitem__)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "step_s": self.step_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "achieved_tflops_per_gpu": self.achieved_tflops_per_gpu,
+            "compute_s": self.compute_s,
+            "bubble_s": self.bubble_s,
+            "tp_all_reduce_s": self.tp_comm_s,
+            "pp_send_s": self.pp_comm_s,
+            "dp_all_reduce_s": self.dp_comm_s,
+            "dominant": self.dominant,
+        }
+
+
+def dp_span(plan: TrainPlan, domain_gpus: int) -> Span:
+    """The data-parallel group of one model shard: ``domain // (tp x pp)`` of its ranks share a domain."""
+    per_domain = max(1, domain_gpus // max(plan.tp * plan.pp, 1))
+    return Span.packed(plan.dp, per_domain)
+
+
+def train_step(
+    work: TrainWorkload,
+    plan: TrainPlan,
+    *,
+    gpu: GpuSpec,
+    links: Links,
+    domain_gpus: int,
+    eff: TrainEfficiency,
+    dp_layout: Span | None = None,
+    slowdown: float = 1.0,
+) -> TrainStep:
+    """One optimizer step; ``dp_layout`` overrides the data-parallel group's layout (a real placement)."""
+    model = work.model
+    if work.global_batch % (plan.dp * plan.micro_batch):
+        raise ValueError(
+            f"global batch {work.global_batch} is not a multiple of dp x micro_batch = {plan.dp * plan.micro_batch}"
+        )
+    m = work.global_batch // (plan.dp * plan.micro_batch)
+    tokens = float(work.global_batch * work.seq_len)
+    linear = 2.0 * model.active_params() * tokens
+    attention = model.attention_flops_per_token(work.seq_len / 2.0) * tokens
+    passes = 4.0 if plan.recompute else 3.0  # forward, backward (2x), and a second forward when recomputing
+    counted = passes * (linear + attention)
+    peak = gpu.flops(work.precision)
+    compute = counted / (plan.gpus * peak * eff.compute)
+    bubble = compute * (plan.pp - 1) / (plan.virtual_stages * m)
+    layers_stage = model.layers / plan.pp
+    act = plan.micro_batch * work.seq_len * model.hidden * ACT_BYTES
+    tp_span = Span.packed(plan.tp, domain_gpus)
+    per_layer = 6 if plan.recompute else 4
+    tp_comm = m * layers_stage * per_layer * all_reduce_s(links, tp_span, act) if plan.tp > 1 else 0.0
+    pp_comm = 0.0
+    if plan.pp > 1:
+        crosses = plan.tp * plan.pp > domain_gpus
+        bw = links.nic_bytes_s if crosses else links.nvlink_bytes_s
+        pp_comm = 2 * m * plan.virtual_stages * (act / plan.tp) / bw
+    dp_comm = 0.0
+    if plan.dp > 1:
+        grads = model.total_params() / (plan.tp * plan.pp) * GRAD_BYTES
+        span = dp_layout if dp_layout is not None else dp_span(plan, domain_gpus)
+        dp_comm = all_reduce_s(links, span, grads, algorithm=AllReduce.HIERARCHICAL, slowdown=slowdown)
+    return TrainStep(
+        compute_s=compute,
+        bubble_s=bubble,
+        tp_comm_s=tp_comm,
+        pp_comm_s=pp_comm,
+        dp_comm_s=dp_comm,
+        tokens=tokens,
+        model_flops=6.0 * model.active_params() * tokens,
+        counted_flops=counted,
+        gpus=plan.gpus,
+        peak_flops=peak,
+    )
