@@ -359,3 +359,13 @@ def _render_service(r: dict[str, Any], console: Console) -> None:
     problems = v.get("store_problems", []) + v.get("allocation_problems", [])
     verdict = "[green]OK[/]" if r["ok"] else "[red]FAILED[/]"
     console.print(f"verdict: {verdict}" + ("" if not problems else ": " + "; ".join(problems[:5])))
+
+
+def _register_perf() -> None:
+    from rackscale.cli.bench_perf import bench_perf, bench_perf_peer
+
+    app.command(name="perf")(bench_perf)
+    app.command(name="perf-peer")(bench_perf_peer)
+
+
+_register_perf()

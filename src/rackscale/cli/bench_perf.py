@@ -1,0 +1,171 @@
+"""``rackscale bench perf``: the performance model against published figures, and its speed."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from rackscale.cli.output import OutputFormat, console, emit
+
+
+def bench_perf(
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    repeat: int = typer.Option(5, "--repeat", min=1, max=100, help="Curves timed for the speed figure."),
+) -> None:
+    """Reproduce the published figures (docs/perf.md) and time one serving curve.
+
+    Prints, per figure: the published A/B ratio, the model's, the error, the plan and the dominant term on
+    each side (the calibration point is marked). Then the time of a `perf serve` curve (DeepSeek-R1 FP4 on
+    GB200 NVL72, every plan and batch), the median of --repeat runs.
+
+    Example: rackscale bench perf --json
+    """
+    from rackscale.bench.perf_figures import KNOWN_MISSES, serving_results, training_results
+    from rackscale.llm.calibration import serving_efficiency
+    from rackscale.llm.decode import DEEPSEEK_MTP
+    from rackscale.llm.hardware import system_named
+    from rackscale.llm.models import model_named
+    from rackscale.llm.precision import Precision
+    from rackscale.llm.serving import ServeWorkload, serve_curve
+
+    rows: list[dict[str, Any]] = []
+    for res in serving_results():
+        fig = res.figure
+        rows.append(
+            {
+                "figure": fig.key,
+                "published_a": fig.value_a,
+                "published_b": fig.value_b,
+                "published_ratio": round(res.published_ratio, 3),
+                "model_a": None if res.a is None else round(res.a.tok_s_gpu),
+                "model_b": None if res.b is None else round(res.b.tok_s_gpu),
+                "model_ratio": None if res.ratio is None else round(res.ratio, 3),
+                "error": None if res.error is None else round(res.error, 3),
+                "plan_a": None if res.a is None else res.a.plan.label(),
+                "plan_b": None if res.b is None else res.b.plan.label(),
+                "dominant_a": None if res.a is None else res.a.step.dominant,
+                "dominant_b": None if res.b is None else res.b.step.dominant,
+                "calibration_point": res.calibrated,
+                "known_miss": KNOWN_MISSES.get(fig.key),
+            }
+        )
+    training: list[dict[str, Any]] = [
+        {
+            "figure": t.figure.key,
+            "published_tflops_per_gpu": t.figure.tflops_per_gpu,
+            "model_tflops_per_gpu": None if t.tflops_per_gpu is None else round(t.tflops_per_gpu, 1),
+            "error": None if t.error is None else round(t.error, 3),
+            "model_mfu": None if t.mfu is None else round(t.mfu, 3),
+            "dominant": t.dominant,
+            "calibration_point": t.calibrated,
+            "note": t.note or KNOWN_MISSES.get(t.figure.key, ""),
+        }
+        for t in training_results()
+    ]
+    work = ServeWorkload(
+        model=model_named("deepseek-r1"), precision=Precision.FP4, isl=1024, osl=1024, mtp=DEEPSEEK_MTP
+    )
+    system = system_named("gb200")
+    times = []
+    evaluated = 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        curve = serve_curve(work, system, eff=serving_efficiency(system.gpu))
+        times.append(time.perf_counter() - t0)
+        evaluated = curve.evaluated
+    times.sort()
+    speed = {"curve_s_median": times[len(times) // 2], "points_evaluated": evaluated}
+    payload = {"serving": rows, "training": training, "speed": speed}
+    if as_json:
+        emit(payload, OutputFormat.json)
+        return
+    table = Table(title="published figures: model vs published (A / B tok/s/GPU)")
+    for col in ("figure", "published", "model", "error", "A: plan, dominant", "B: plan, dominant"):
+        table.add_column(col)
+    for row in rows:
+        r = row
+        err = "n/a" if r["error"] is None else f"{r['error']:+.0%}"
+        if r["known_miss"]:
+            err += " (miss)"
+        mark = " (calibration)" if r["calibration_point"] else ""
+        table.add_row(
+            r["figure"] + mark,
+            f"{r['published_a']:,.0f} / {r['published_b']:,.0f} = x{r['published_ratio']:.2f}",
+            "n/a" if r["model_ratio"] is None else f"{r['model_a']:,} / {r['model_b']:,} = x{r['model_ratio']:.2f}",
+            err,
+            f"{r['plan_a']}, {r['dominant_a']}",
+            f"{r['plan_b']}, {r['dominant_b']}",
+        )
+    console.print(table)
+    ttable = Table(title="training: TFLOP/s per GPU, model vs published (as the source counts)")
+    for col in ("figure", "published", "model", "error", "MFU (model)", "dominant", "note"):
+        ttable.add_column(col)
+    for row in training:
+        err = "n/a" if row["error"] is None else f"{row['error']:+.0%}"
+        mark = " (calibration)" if row["calibration_point"] else ""
+        ttable.add_row(
+            str(row["figure"]) + mark,
+            f"{row['published_tflops_per_gpu']:g}",
+            "n/a" if row["model_tflops_per_gpu"] is None else f"{row['model_tflops_per_gpu']:g}",
+            err,
+            "n/a" if row["model_mfu"] is None else f"{row['model_mfu']:.0%}",
+            str(row["dominant"] or "-"),
+            str(row["note"] or ""),
+        )
+    console.print(ttable)
+    console.print(
+        f"speed: one serving curve (DeepSeek-R1 FP4, GB200 NVL72, {evaluated} plan x batch points) in "
+        f"{speed['curve_s_median'] * 1e3:.0f} ms (median of {repeat})"
+    )
+
+
+def bench_perf_peer(
+    venv: str = typer.Option(
+        "~/.cache/rackscale/aiconfigurator-venv", "--venv", help="The peer's own virtualenv (never the project's)."
+    ),
+    install: bool = typer.Option(False, "--install", help="Create the venv and pip-install the pinned peer."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Side by side with NVIDIA's aiconfigurator on identical fixed plans (docs/benchmarks.md).
+
+    aiconfigurator is never a dependency: it lives in its own virtualenv (--install makes it, about 850 MB)
+    and runs there through a subprocess. For each plan: its estimate and rackscale's, with the step's terms.
+
+    Example: rackscale bench perf-peer --install
+    """
+    from pathlib import Path
+
+    from rackscale.bench.perf_peer import AIC_VERSION, PEER_CONFIGS, PeerError, ensure_venv, run_peer
+    from rackscale.bench.perf_peer_ours import ours
+    from rackscale.cli.output import fail
+
+    path = Path(venv).expanduser()
+    rows: list[dict[str, Any]] = []
+    try:
+        if install:
+            ensure_venv(path)
+        for config in PEER_CONFIGS:
+            rows.append(
+                {"config": config.key, "aiconfigurator": run_peer(config, venv=path), "rackscale": ours(config)}
+            )
+    except PeerError as exc:
+        fail(str(exc))
+    if as_json:
+        emit({"aiconfigurator_version": AIC_VERSION, "rows": rows}, OutputFormat.json)
+        return
+    table = Table(title=f"rackscale vs aiconfigurator {AIC_VERSION} (same plan, aggregated, ISL/OSL 1024)")
+    for col in ("plan", "tok/s/GPU aic / ours", "tok/s/user aic / ours", "decode step ms aic / ours", "ours: dominant"):
+        table.add_column(col)
+    for r in rows:
+        a, o = r["aiconfigurator"], r["rackscale"]
+        table.add_row(
+            r["config"],
+            f"{a['tok_s_gpu']:,.0f} / {o['tok_s_gpu']:,.0f}",
+            f"{a['tok_s_user']:.1f} / {o['tok_s_user']:.1f}",
+            f"{a['step_s'] * 1e3:.2f} / {o['step_s'] * 1e3:.2f}",
+            o["dominant"],
+        )
+    console.print(table)
