@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "rackscale"
-CORE = ("model", "scheduler", "network")
+CORE = ("model", "scheduler", "llm", "network")
 FORBIDDEN_MODULES = {
     "time", "datetime", "os", "io", "pathlib", "shutil", "subprocess", "socket", "asyncio", "threading",
     "logging", "sqlite3", "urllib", "http", "requests", "yaml", "typer", "rich", "fastapi", "sqlalchemy",

@@ -110,10 +110,14 @@ def test_wide_expert_parallel_needs_the_nvlink_domain() -> None:
     assert a is not None and b is not None
     assert a.tok_s_gpu > 1.5 * b.tok_s_gpu
     assert a.plan.ep > 8
-    wide_on_node = serve_curve(DSR1, system_named("b200"), eff=_eff("b200"), mode=ServingMode.DISAGGREGATED)
-    for p in wide_on_node.points:
-        if p.plan.ep > 8:
-            assert p.step.ep_comm_s > p.step.overhead_s  # EP over the NIC is never free
+    # the same wide plan on the node pays its all-to-all on the NIC
+    wide = a.plan
+    kw = dict(gpu=system_named("b200").gpu, context=1536.0, eff=_eff("b200"), mtp=DSR1.mtp)
+    on_rack = decode_step(DSR1.model, DSR1.precision, wide, links=links_of(system_named("b200:72")),
+                          span=Span.packed(wide.gpus, 72), **kw)  # type: ignore[arg-type]  # fmt: skip
+    on_node = decode_step(DSR1.model, DSR1.precision, wide, links=links_of(system_named("b200")),
+                          span=Span.packed(wide.gpus, 8), **kw)  # type: ignore[arg-type]  # fmt: skip
+    assert on_node.ep_comm_s > 5 * on_rack.ep_comm_s
 
 
 def test_max_decode_ep_holds_the_plan_to_a_published_run() -> None:

@@ -103,6 +103,12 @@ def test_a_pending_job_says_why(service: LiveService) -> None:
         ),
         pytest.param([1, 2], ["body"], "JSON object", id="not-an-object"),
         pytest.param(
+            {"name": "x", "kind": "training", "gpus": 1, "llm": {"model": "llama-3.1-405b"}},
+            ["body", "llm"],
+            "does not train on 1",
+            id="llm-model-too-big-for-its-gpus",
+        ),
+        pytest.param(
             {"name": "x", "kind": "training", "gpus": 8, "env": {"A;rm -rf /": "1"}},
             ["body", "env", "A;rm -rf /"],
             "not a valid name",

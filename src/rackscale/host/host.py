@@ -24,6 +24,7 @@ from rackscale.host.perf import samples_per_step
 from rackscale.host.progress import BytesMoved, EndSink, Progress, ignore_ends
 from rackscale.host.runs import JobRun, RunStatus, RuntimeDefaults
 from rackscale.host.services import ServicesMixin
+from rackscale.llm.jobs import LlmJobError
 from rackscale.model.placement import Placement
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
@@ -84,7 +85,15 @@ class ClusterHost(ServicesMixin):
         """A job arrives and waits."""
         if spec.name in self.specs:
             raise ValueError(f"job {spec.name!r} is already queued or running")
-        r = JobRun(spec, self.progress.work_of(spec))
+        try:
+            work = self.progress.work_of(spec)
+        except LlmJobError as err:  # its model cannot run on this cluster: the job fails, the others go on
+            r = JobRun(spec, 0.0)
+            self.runs[spec.name] = r
+            self.specs[spec.name] = spec
+            self._fail(r, str(err), spec.submit_time)
+            return r
+        r = JobRun(spec, work)
         self.runs[spec.name] = r
         self.specs[spec.name] = spec
         self._enqueue(spec)

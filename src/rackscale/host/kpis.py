@@ -12,13 +12,18 @@
 - fragmentation: the share of free GPUs in racks too full to host the typical (median) pending request.
 - inference: SLO attainment (share of served demand-time whose p99 latency met the SLO), the worst finite
   p99, and the share of demand-time a service was overloaded (demand above capacity: no finite p99).
+- LLM services (jobs with ``llm``): interactivity SLO attainment (share of their demand-time whose tokens/s
+  per user met ``interactivity_slo``, over the services that set one), TTFT SLO attainment (likewise, time
+  to first token within ``ttft_slo_s``; an overloaded interval misses it), the mean tokens/s per user
+  (weighted by the tokens served) and the mean TTFT (weighted by demand-time, overloaded intervals left out).
 
 A KPI with nothing to measure is ``None`` (JSON ``null``, shown "n/a"), never a perfect or a zero score:
 no time elapsed (nothing ran: no makespan, no ratios over time, no idle rate, no throughput), no job
 waiting at a sample (fragmentation), no byte moved (intra-rack share), no multi-GPU training started
 (single-rack share), no job completed or started (JCT, queueing), no inference served (SLO attainment,
-worst p99, overloaded share), no output (cost per unit of it), or a free cluster (cost efficiency). A run
-in which no job ever waited has an idle rate of 0: no GPU stayed idle while work waited.
+worst p99, overloaded share), no LLM service with that SLO or none served (the LLM KPIs), no output (cost
+per unit of it), or a free cluster (cost efficiency). A run in which no job ever waited has an idle rate of
+0: no GPU stayed idle while work waited.
 """
 
 from __future__ import annotations
@@ -76,6 +81,10 @@ class Kpis(Mapping[str, Kpi]):
     slo_attainment: float | None
     worst_p99_latency_s: float | None
     inference_overloaded_share: float | None
+    interactivity_slo_attainment: float | None
+    ttft_slo_attainment: float | None
+    mean_user_tokens_per_s: float | None
+    mean_ttft_s: float | None
     fragmentation: float | None
     preemptions: int
     restarts: int
@@ -119,6 +128,14 @@ class KpiAccumulator:
     slo_weight: float = 0.0
     worst_p99_latency_s: float = 0.0  # the worst finite p99 (an overloaded service has none)
     overloaded_weight: float = 0.0
+    interactivity_weight: float = 0.0  # LLM services with an interactivity SLO: demand-time
+    interactivity_met_weight: float = 0.0  # ... of it at or above the SLO's tokens/s per user
+    ttft_weight: float = 0.0  # LLM services with a TTFT SLO: demand-time
+    ttft_met_weight: float = 0.0  # ... of it with the time to first token within the SLO
+    user_tokens: float = 0.0  # tokens LLM services served
+    user_tok_s_tokens: float = 0.0  # sum of tokens/s per user x tokens served
+    ttft_weight_finite: float = 0.0  # LLM demand-time with a finite TTFT (not overloaded)
+    ttft_s_weighted: float = 0.0  # sum of TTFT x that demand-time
     frag_samples: list[float] = field(default_factory=list)
     jct: dict[JobKind, list[float]] = field(default_factory=dict)
     queueing: dict[JobKind, list[float]] = field(default_factory=dict)
@@ -194,6 +211,10 @@ class KpiAccumulator:
             slo_attainment=_ratio(self.slo_met_weight, self.slo_weight),
             worst_p99_latency_s=self.worst_p99_latency_s if self.worst_p99_latency_s > 0 else None,
             inference_overloaded_share=_ratio(self.overloaded_weight, self.slo_weight),
+            interactivity_slo_attainment=_ratio(self.interactivity_met_weight, self.interactivity_weight),
+            ttft_slo_attainment=_ratio(self.ttft_met_weight, self.ttft_weight),
+            mean_user_tokens_per_s=_ratio(self.user_tok_s_tokens, self.user_tokens),
+            mean_ttft_s=_ratio(self.ttft_s_weighted, self.ttft_weight_finite),
             fragmentation=statistics.fmean(self.frag_samples) if self.frag_samples else None,
             preemptions=self.preemptions,
             restarts=self.restarts,

@@ -18,12 +18,19 @@ A job's *work* is its step count: ``duration_estimate_s`` is its run time with a
 (one domain, uncontended), so a slower placement finishes later, in proportion.
 Inference replicas all-reduce their tensor-parallel activations the same way: a replica split over
 racks serves fewer tokens per second.
+
+A job that names its model (``spec.llm``) is timed by the LLM model instead (:mod:`rackscale.llm.jobs`):
+its plan's TP, PP and DP collectives on the tiers its layout spans, its compute at the catalogue chip's
+rate; a replica's decode step at its configured batch. :func:`job_step` and :func:`job_ideal_step` pick
+the right one for any job; the host, the scheduler and the metrics call them.
 """
 
 from __future__ import annotations
 
 import math
 
+from rackscale.llm import jobs as llm_jobs
+from rackscale.llm.jobs import job_ideal_step, job_step
 from rackscale.model.topology import GPUCluster
 from rackscale.model.workload import JobSpec
 from rackscale.network.collectives import Layout, StepTime, collective_time, ideal_step, training_step
@@ -36,6 +43,8 @@ __all__ = [
     "StepTime",
     "collective_time",
     "ideal_step",
+    "job_ideal_step",
+    "job_step",
     "replica_tokens_per_s",
     "samples_per_step",
     "training_step",
@@ -44,11 +53,16 @@ __all__ = [
 
 
 def samples_per_step(spec: JobSpec, gpus: int) -> float:
-    return SAMPLES_PER_GPU_STEP * max(gpus, 1)
+    """Samples one training step consumes: an LLM job's global batch (sequences), else a default per GPU."""
+    llm = llm_jobs.samples_per_step(spec)
+    return float(llm) if llm is not None else SAMPLES_PER_GPU_STEP * max(gpus, 1)
 
 
 def replica_tokens_per_s(cluster: GPUCluster, spec: JobSpec, layout: Layout, *, speed: float = 1.0) -> float:
-    """Tokens per second one replica serves at full load on ``layout`` (its tensor-parallel group)."""
+    """Tokens per second one replica serves at full load on ``layout`` (its tensor-parallel group); an LLM
+    replica: output tokens at its configured batch, prefill included (``speed`` does not apply)."""
+    if llm_jobs.is_llm(spec):
+        return llm_jobs.replica_serving(cluster, spec, layout).tokens_per_s
     compute = spec.comm.compute_s_per_step / max(speed, 1e-9)
     step = compute + collective_time(cluster, layout, size_bytes=spec.comm.bytes_per_step)
     return TOKENS_PER_REPLICA_STEP / max(step, 1e-9)

@@ -9,18 +9,20 @@ reports; the service's host ignores it (its backend says when a job ends). An en
 later re-timing carries an older generation: stale.
 
 Bytes moved are added to the KPIs as progress is made (bytes per step x steps), so a slower job moves its
-bytes later, not more of them.
+bytes later, not more of them. A job that names its model (``spec.llm``) is timed by the LLM model, and the
+network sees the bytes that model says it moves (:func:`rackscale.llm.jobs.traffic_profile`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rackscale.host.kpis import KpiAccumulator
-from rackscale.host.perf import Layout, ideal_step, training_step
+from rackscale.host.perf import Layout, job_ideal_step, job_step
 from rackscale.host.runs import JobRun, RunStatus, RuntimeDefaults
+from rackscale.llm import jobs as llm_jobs
 from rackscale.model.placement import Placement
 from rackscale.model.topology import GPUCluster
 from rackscale.model.workload import JobKind, JobSpec
@@ -73,13 +75,14 @@ class Progress:
     def work_of(self, spec: JobSpec) -> float:
         """What the job must do: steps for training (its estimate at the ideal step), seconds otherwise
         (infinite for a service that serves until cancelled)."""
+        llm_jobs.check_job(self.cluster, spec)  # an LLM job this cluster cannot run is refused on arrival
         runtime: float | None = spec.duration_estimate_s
         if runtime is None:
             runtime = self.defaults.service_s if spec.kind is JobKind.INFERENCE else self.defaults.runtime_s
         if runtime is None:
             return math.inf
         if spec.kind is JobKind.TRAINING:
-            return runtime / max(ideal_step(self.cluster, spec).total_s, 1e-9)
+            return runtime / max(job_ideal_step(self.cluster, spec).total_s, 1e-9)
         return runtime  # batch and inference: seconds (their speed does not depend on placement here)
 
     # ------------------------------------------------------------------ starting and stopping
@@ -90,7 +93,10 @@ class Progress:
 
     def attach(self, r: JobRun, placement: Placement) -> None:
         """Put its traffic on the network (at its uncontended rate)."""
-        r.traffic = self.monitor.add_job(r.spec, placement, steps_per_s=self.uncontended_rate(r))
+        spec = r.spec
+        if llm_jobs.is_llm(spec):  # the bytes the LLM model moves, not the spec's generic CommProfile
+            spec = replace(spec, comm=llm_jobs.traffic_profile(self.cluster, spec))
+        r.traffic = self.monitor.add_job(spec, placement, steps_per_s=self.uncontended_rate(r))
         if r.traffic.inter_rack > 0:
             for rack in r.traffic.racks:
                 self.multi_rack_by_rack[rack].add(r.spec.name)
@@ -107,8 +113,11 @@ class Progress:
 
     # ------------------------------------------------------------------ speed
     def uncontended_rate(self, r: JobRun) -> float:
+        """Steps per second on its placement without contention (an LLM service: decode steps)."""
         if r.spec.kind is JobKind.TRAINING and r.layout is not None:
-            return 1.0 / max(training_step(self.cluster, r.spec, r.layout, speed=r.speed).total_s, 1e-9)
+            return 1.0 / max(job_step(self.cluster, r.spec, r.layout, speed=r.speed).total_s, 1e-9)
+        if llm_jobs.is_llm(r.spec):
+            return 1.0 / max(llm_jobs.traffic_profile(self.cluster, r.spec).compute_s_per_step, 1e-9)
         return r.speed / max(r.spec.comm.compute_s_per_step, 1e-9)
 
     def slowdown(self, r: JobRun) -> float:
@@ -129,7 +138,7 @@ class Progress:
         self.advance(r, now)
         spec = r.spec
         if spec.kind is JobKind.TRAINING and r.layout is not None:
-            step = training_step(self.cluster, spec, r.layout, slowdown=self.slowdown(r), speed=r.speed)
+            step = job_step(self.cluster, spec, r.layout, slowdown=self.slowdown(r), speed=r.speed)
             r.rate = 1.0 / max(step.total_s, 1e-9)
         elif spec.kind is JobKind.BATCH:
             r.rate = r.speed  # its work is seconds at the estimate's speed

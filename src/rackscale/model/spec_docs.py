@@ -7,8 +7,10 @@ Defaults here are documented in ``docs/specs.md``; keep the two in step.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Annotated, Literal
 
@@ -17,6 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from rackscale.model.spec_errors import SpecInvalid
 from rackscale.model.text import CommandWord, EnvValue, LabelKey, LabelValue, LongText, Name, Plain
+from rackscale.model.workload import LLM_MODELS, LLM_PRECISIONS
 
 SEED_GPUS_PER_NODE = 4
 SEED_NODES_PER_RACK = 18  # an NVL72 rack: 18 compute trays of 4 GPUs
@@ -192,6 +195,46 @@ class CommDoc(_Doc):
     collective: Literal["ring", "hierarchical"] = "ring"
 
 
+def _one_of(names: tuple[str, ...], what: str) -> Callable[[object], object]:
+    """A validator for a name out of ``names``, case-insensitive; the fix lists them (and the nearest)."""
+
+    def check(value: object) -> object:
+        if isinstance(value, str) and (key := value.strip().lower()) in names:
+            return key
+        near = difflib.get_close_matches(value.strip().lower(), names, 1) if isinstance(value, str) else []
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        message = f"unknown {what}" if isinstance(value, str) else f"must be a string naming a {what}"
+        raise SpecInvalid(message, f"{hint}use one of: {', '.join(names)}")
+
+    return check
+
+
+LlmModelName = Annotated[str, BeforeValidator(_one_of(LLM_MODELS, "built-in model"))]
+LlmPrecision = Annotated[str, BeforeValidator(_one_of(LLM_PRECISIONS, "precision"))]
+MAX_PARALLEL = 4096  # ways of one parallel dimension (a TP/PP/DP/EP degree)
+MAX_TOKENS = 1 << 20  # a sequence, prompt or output length: a million tokens
+Degree = Annotated[int, Field(ge=1, le=MAX_PARALLEL)]
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+
+
+class LlmDoc(_Doc):
+    """``llm:`` on a training or inference job: the model it runs and how (docs/specs.md, LLM jobs)."""
+
+    model: LlmModelName = Field(examples=["llama-3.1-70b"])
+    precision: LlmPrecision = "bf16"
+    tp: Degree | None = None
+    pp: Degree | None = None
+    dp: Degree | None = None
+    ep: Degree | None = None
+    seq_len: Tokens = 4096
+    global_batch: int | None = Field(None, ge=1, le=1 << 24, examples=[1024])
+    isl: Tokens = 1024
+    osl: Tokens = 1024
+    interactivity_slo: float | None = Field(None, gt=0, le=1e6, examples=[50])  # tokens/s per user
+    ttft_slo_seconds: float | None = Field(None, gt=0, le=1e6, examples=[2])
+    mtp: bool = False
+
+
 class JobBodyDoc(_Doc):
     kind: Literal["training", "inference", "batch"] = Field(examples=["training"])
     # Sizing; which fields a kind accepts is checked in specs._SIZING.
@@ -218,6 +261,7 @@ class JobBodyDoc(_Doc):
     queue: Name = "default"
     topology: JobTopologyDoc | None = None
     comm: CommDoc | None = None
+    llm: LlmDoc | None = None
     checkpoint_interval_seconds: float | None = Field(None, gt=0)
     duration_estimate_seconds: float | None = Field(None, gt=0)
     submit_time: float = Field(0.0, ge=0)

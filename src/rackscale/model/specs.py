@@ -35,10 +35,12 @@ from rackscale.model.topology import (
 )
 from rackscale.model.workload import (
     BUILTIN_PRIORITY_CLASSES,
+    LLM_MOE_MODELS,
     CommProfile,
     JobKind,
     JobSpec,
     Level,
+    LlmWork,
     PreemptionPolicy,
     Resources,
     TopologyConstraint,
@@ -403,10 +405,72 @@ def _priority(b: d.JobBodyDoc, classes: Mapping[str, int] | None, out: _Problems
     return known[b.priority_class_name]
 
 
+# The `llm` fields only one kind of job reads (the rest apply to both).
+_LLM_ONLY = {
+    "training": ("seqLen", "globalBatch"),
+    "inference": ("isl", "osl", "interactivitySlo", "ttftSloSeconds", "mtp"),
+}
+
+
+def _llm(b: d.JobBodyDoc, group: int, fractional: bool, out: _Problems) -> LlmWork | None:
+    """Check ``b.llm`` against the job: ``group`` is the GPUs one model copy runs on (the gang for training,
+    one replica for inference), which the given parallel degrees must divide (or, all given, equal)."""
+    doc = b.llm
+    if doc is None:
+        return None
+    if b.kind == "batch":
+        out.add(("llm",), "not used by batch jobs", "give llm to a training or inference job, or remove it")
+        return None
+    given = {type(doc).model_fields[f].alias or f for f in doc.model_fields_set}
+    for other, keys in _LLM_ONLY.items():
+        if other != b.kind:
+            for key in sorted(given & set(keys)):
+                article = "an" if other == "inference" else "a"
+                out.add(("llm", key), f"not used by {b.kind} jobs", f"it is {article} {other} setting; remove it")
+    if fractional:
+        out.add(("llm",), "an LLM replica needs whole GPUs", "set gpusPerReplica >= 1 and remove gpuMilli")
+        return None
+    moe = doc.model in LLM_MOE_MODELS
+    moe_names = ", ".join(sorted(LLM_MOE_MODELS))
+    if b.kind == "training" and doc.ep is not None:
+        out.add(("llm", "ep"), "training plans have no expert parallelism here", "remove ep (use tp, pp and dp)")
+    if b.kind == "inference" and not moe:
+        for key in ("ep", "dp"):
+            if (getattr(doc, key) or 1) > 1:
+                why = "expert parallelism" if key == "ep" else "attention data parallelism"
+                out.add(("llm", key), f"{why} needs a mixture-of-experts model", f"remove {key}, or use {moe_names}")
+    degrees = {k: v for k in ("tp", "pp", "dp") if (v := getattr(doc, k)) is not None}
+    product = math.prod(degrees.values())
+    what = "the job's gpus" if b.kind == "training" else "gpusPerReplica"
+    shown = " x ".join(degrees)
+    if degrees and group % product:
+        out.add(("llm", next(iter(degrees))), f"{shown} = {product} does not divide {what} ({group})",
+                f"choose degrees whose product divides {group}, or leave some out for rackscale to choose")  # fmt: skip
+    elif len(degrees) == 3 and product != group:
+        out.add(("llm", "dp"), f"tp x pp x dp = {product}, but {what} is {group}",
+                f"make the product {group}, or leave dp out for rackscale to choose")  # fmt: skip
+    if b.kind == "inference" and doc.ep is not None and doc.ep > 1:
+        stage = (doc.tp or 1) * (doc.dp or 1)
+        if "tp" in degrees and "dp" in degrees and doc.ep != stage:
+            out.add(("llm", "ep"), f"{doc.ep} is not tp x dp ({stage}): experts spread over the attention GPUs",
+                    f"use ep: {stage}, or leave it out")  # fmt: skip
+        elif group % doc.ep:
+            out.add(("llm", "ep"), f"{doc.ep} does not divide gpusPerReplica ({group})", "use a divisor of it")
+    if doc.global_batch is not None and doc.dp is not None and doc.global_batch % doc.dp:
+        out.add(("llm", "globalBatch"), f"{doc.global_batch} sequences do not split over dp = {doc.dp}",
+                "use a multiple of dp")  # fmt: skip
+    return LlmWork(
+        model=doc.model, precision=doc.precision, tp=doc.tp, pp=doc.pp, dp=doc.dp, ep=doc.ep, seq_len=doc.seq_len,
+        global_batch=doc.global_batch, isl=doc.isl, osl=doc.osl, interactivity_slo=doc.interactivity_slo,
+        ttft_slo_s=doc.ttft_slo_seconds, mtp=doc.mtp,
+    )  # fmt: skip
+
+
 def _job(name: str, b: d.JobBodyDoc, prefix: Loc, classes: Mapping[str, int] | None) -> JobSpec:
     out = _Problems(prefix, [])
     gpus, milli, units = _unit(b, out)
     priority = _priority(b, classes, out)
+    llm = _llm(b, gpus * units if b.kind == "training" else gpus, bool(milli), out)
     if b.cpu is not None and b.cpu_milli is not None:
         out.add(
             ("cpuMilli",), "given together with cpu", "keep one: cpu is in cores (0.5), cpuMilli in thousandths (500)"
@@ -443,4 +507,5 @@ def _job(name: str, b: d.JobBodyDoc, prefix: Loc, classes: Mapping[str, int] | N
         submit_time=b.submit_time,
         command=tuple(b.command or ()),
         env=tuple(sorted((b.env or {}).items())),
+        llm=llm,
     )

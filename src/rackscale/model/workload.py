@@ -104,6 +104,46 @@ class ServingProfile:
     target_utilisation: float = 0.6
 
 
+# The built-in models of ``rackscale.llm.models.BUILTIN_MODELS`` and the precisions of
+# ``rackscale.llm.precision.Precision``, by name. The model layer may not import ``rackscale.llm`` (it sits
+# above), yet a spec must be refused at parse time with the field named, so the names are kept here too;
+# ``tests/model/test_specs_llm.py`` keeps both lists equal to the catalogue's.
+LLM_MODELS: tuple[str, ...] = (
+    "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "deepseek-v3", "deepseek-r1", "mixtral-8x7b", "gpt3-175b",
+)  # fmt: skip
+LLM_MOE_MODELS: frozenset[str] = frozenset({"deepseek-v3", "deepseek-r1", "mixtral-8x7b"})  # expert parallel fits
+LLM_PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp4")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmWork:
+    """An LLM a training or inference job runs, and how: the simulator times it with ``rackscale.llm``.
+
+    Plain values (names, not catalogue objects): ``rackscale.llm.jobs`` resolves them. A parallel degree
+    left ``None`` is chosen by rackscale (the fastest plan that fits HBM on the job's GPUs).
+
+    - training: ``seq_len`` tokens per sequence, ``global_batch`` sequences per optimizer step (``None``:
+      about 4M tokens, rounded to the data-parallel degree);
+    - serving: ``isl``/``osl`` input and output tokens per request; ``interactivity_slo`` the tokens/s
+      each user must see (the batch is the largest that meets it), ``ttft_slo_s`` the time-to-first-token
+      target; ``mtp`` decodes with multi-token prediction (DeepSeek's MTP module).
+    """
+
+    model: str
+    precision: str = "bf16"
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    ep: int | None = None
+    seq_len: int = 4096
+    global_batch: int | None = None
+    isl: int = 1024
+    osl: int = 1024
+    interactivity_slo: float | None = None
+    ttft_slo_s: float | None = None
+    mtp: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """A job as submitted. Keyword-only; build with :func:`training`, :func:`inference`, :func:`batch`."""
@@ -126,6 +166,7 @@ class JobSpec:
     serving: ServingProfile | None = None  # inference only: load curve and SLO (defaults if None)
     command: tuple[str, ...] = ()  # what the `local` backend runs (argv, no shell)
     env: tuple[tuple[str, str], ...] = ()  # extra environment variables for the command
+    llm: LlmWork | None = None  # training/inference: the model it runs; None = the CommProfile's generic step
 
     @property
     def total_gpus(self) -> int:

@@ -5,7 +5,9 @@ for a rack. Splitting makes every step slower (its ring crosses the RDMA fabric)
 ``(slowdown - 1) x duration``. Waiting costs the time until the first rack has room, which the expected
 ends of running jobs tell (the same estimate backfill uses). The gang is split only when waiting would
 cost more — "relaxed only when needed". Jobs with no duration estimate or no communication split at once
-(waiting cannot be shown to pay).
+(waiting cannot be shown to pay). The slowdown is priced by the same step model the simulator runs
+(:func:`rackscale.llm.jobs.job_step`): an LLM job's plan on one rack vs on two (its DP all-reduce, and any
+TP group the split cuts, on the NIC), a generic job's ``CommProfile`` ring.
 """
 
 from __future__ import annotations
@@ -13,16 +15,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
+from rackscale.llm.jobs import is_llm, job_step
 from rackscale.model.view import StateView
-from rackscale.model.workload import JobSpec
-from rackscale.network.collectives import Layout, training_step
+from rackscale.model.workload import JobKind, JobSpec, LlmWork
+from rackscale.network.collectives import Layout
 
 
 class SplitAdvisor:
     """Per-scheduler memo of slowdowns (static) and per-cycle earliest rack-room times (dynamic)."""
 
     def __init__(self) -> None:
-        self._slowdown: dict[tuple[int, float, float, str], float] = {}
+        self._slowdown: dict[tuple[int, float, float, str] | tuple[int, JobKind, LlmWork], float] = {}
         self._room: _RackRoom | None = None
 
     def new_cycle(self) -> None:
@@ -31,19 +34,24 @@ class SplitAdvisor:
     def split_pays_off(self, job: JobSpec, state: StateView, now: float) -> bool:
         duration = job.duration_estimate_s
         total = job.total_gpus
-        if duration is None or job.comm.bytes_per_step <= 0 or total < 2 or total > state.cluster.max_rack_gpus:
+        talks = is_llm(job) or job.comm.bytes_per_step > 0
+        if duration is None or not talks or total < 2 or total > state.cluster.max_rack_gpus:
             return True
         extra = (self._slowdown_of(job, state) - 1.0) * duration
         return extra < self._wait_for_rack(state, total, now)
 
     def _slowdown_of(self, job: JobSpec, state: StateView) -> float:
-        key = (job.total_gpus, job.comm.bytes_per_step, job.comm.compute_s_per_step, job.comm.collective)
+        key: tuple[int, float, float, str] | tuple[int, JobKind, LlmWork]
+        if job.llm is not None and is_llm(job):
+            key = (job.total_gpus, job.kind, job.llm)
+        else:
+            key = (job.total_gpus, job.comm.bytes_per_step, job.comm.compute_s_per_step, job.comm.collective)
         got = self._slowdown.get(key)
         if got is None:
             n = job.total_gpus
-            one = training_step(state.cluster, job, Layout(((0, 0, n),))).total_s
+            one = job_step(state.cluster, job, Layout(((0, 0, n),))).total_s
             half = -(-n // 2)
-            two = training_step(state.cluster, job, Layout(((0, 0, half), (0, 1, n - half)))).total_s
+            two = job_step(state.cluster, job, Layout(((0, 0, half), (0, 1, n - half)))).total_s
             got = self._slowdown[key] = two / one if one > 0 else 1.0
         return got
 

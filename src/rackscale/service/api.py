@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rackscale.llm.jobs import LlmJobError, check_job
 from rackscale.model.spec_docs import FlatJobDoc
 from rackscale.model.spec_errors import SpecError
 from rackscale.model.specs import job_from_dict
@@ -202,6 +203,14 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         refusal = who.priority_refusal(priority=spec.priority, priority_class=klass if isinstance(klass, str) else None)
         if refusal is not None:
             raise HttpProblem(403, refusal)
+        if spec.llm is not None:  # a model the cluster cannot hold is refused here, not left pending forever
+            try:
+                check_job(ctx.runner.live.cluster, spec)
+            except LlmJobError as e:
+                raise HttpProblem(
+                    422,
+                    [{"loc": ["body", "llm"], "msg": str(e), "fix": "a smaller model, narrower precision, more GPUs"}],
+                ) from e
         now = ctx.runner.clock.now()
         spec = replace(spec, submit_time=now)
         try:

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from rackscale.host.perf import replica_tokens_per_s
 from rackscale.host.serving import demand_tokens_per_s, p99_latency_s
+from rackscale.llm.jobs import is_llm, replica_layouts
 from rackscale.model.placement import Placement
 from rackscale.model.topology import MILLI_PER_GPU
 from rackscale.network.collectives import Layout
@@ -214,10 +215,14 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
         spec = rj.spec
         if spec.kind.value != "inference":
             continue
-        # One replica's tensor-parallel group: its share of the slices (replicas are alike).
-        per = max(1, len(rj.placement.allocs) // max(rj.placement.units, 1))
-        layout = Layout.of(c, Placement(name, rj.placement.allocs[:per], 1))
-        capacity = replica_tokens_per_s(c, spec, layout) * rj.placement.units
+        if is_llm(spec):  # every replica on its own layout (one split over racks serves less)
+            layouts = replica_layouts(c, rj.placement, spec.unit.gpus)
+            capacity = sum(replica_tokens_per_s(c, spec, layout) for layout in layouts)
+        else:
+            # One replica's tensor-parallel group: its share of the slices (replicas are alike).
+            per = max(1, len(rj.placement.allocs) // max(rj.placement.units, 1))
+            layout = Layout.of(c, Placement(name, rj.placement.allocs[:per], 1))
+            capacity = replica_tokens_per_s(c, spec, layout) * rj.placement.units
         profile = spec.serving
         demand = demand_tokens_per_s(profile, now) if profile is not None else capacity * 0.6
         served = min(demand, capacity)

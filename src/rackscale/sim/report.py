@@ -41,6 +41,13 @@ REFERENCES = {
     "cost_efficiency_gain": "x15 cost efficiency",
 }
 LOCALITY = ("single_rack_share", "intra_rack_traffic_share")  # the placement KPIs the first chart shows
+LLM_KPIS = ("interactivity_slo_attainment", "ttft_slo_attainment", "mean_user_tokens_per_s", "mean_ttft_s")
+LLM_NOTE = (
+    "LLM services (jobs that name their model): each replica is timed on its own placement by the LLM model. "
+    "Interactivity SLO attainment is the share of their demand-time whose tokens/s per user met the service's "
+    "target, TTFT SLO attainment the share whose time to first token did (an overloaded interval misses it); "
+    "tokens/s per user is weighted by the tokens served, TTFT by demand-time (overloaded intervals left out)."
+)
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;color:#222;margin:24px auto;max-width:1320px;padding:0 16px}
@@ -165,6 +172,8 @@ def _kpi_table(results: Sequence[SimResult], currency: str) -> str:
         "they were not measured here. The simulated workload is not ResNet50; cost-efficiency gains are against "
         "the last policy.</p>"
     )
+    if any(r.kpis.get(k) is not None for r in results for k in LLM_KPIS):
+        out.append(f'<p class="note">{escape(LLM_NOTE)}</p>')
     return "".join(out)
 
 

@@ -27,15 +27,16 @@ def _words(text: str) -> frozenset[str]:
 
 RATIOS = _words(
     "allocation_ratio idle_rate idle_no_work_share intra_rack_traffic_share single_rack_share slo_attainment "
-    "fragmentation inference_overloaded_share"
+    "fragmentation inference_overloaded_share interactivity_slo_attainment ttft_slo_attainment"
 )
 HIGHER = _words(
     "allocation_ratio intra_rack_traffic_share slo_attainment single_rack_share completed training_samples_per_s "
-    "inference_tokens_per_s cost_efficiency_samples cost_efficiency_tokens cost_efficiency_gain"
+    "inference_tokens_per_s cost_efficiency_samples cost_efficiency_tokens cost_efficiency_gain "
+    "interactivity_slo_attainment ttft_slo_attainment mean_user_tokens_per_s"
 )
 LOWER = _words(  # and every cost_per_*
     "idle_rate mean_jct_s p50_jct_s p99_jct_s mean_queueing_s p50_queueing_s p99_queueing_s failed fragmentation "
-    "lost_gpu_hours inference_overloaded_share makespan_s worst_p99_latency_s"
+    "lost_gpu_hours inference_overloaded_share makespan_s worst_p99_latency_s mean_ttft_s"
 )
 COUNTS = _words("completed failed preemptions restarts events cycles jobs")
 LABELS = {
@@ -56,6 +57,10 @@ LABELS = {
     "slo_attainment": "inference SLO attainment",
     "worst_p99_latency_s": "worst inference p99 latency",
     "inference_overloaded_share": "inference overloaded (share of demand-time)",
+    "interactivity_slo_attainment": "LLM interactivity SLO attainment (tokens/s per user)",
+    "ttft_slo_attainment": "LLM time-to-first-token SLO attainment",
+    "mean_user_tokens_per_s": "LLM tokens/s per user (mean)",
+    "mean_ttft_s": "LLM time to first token (mean)",
     "fragmentation": "fragmentation (stranded GPUs)",
     "lost_gpu_hours": "GPU-hours lost to restarts",
     "makespan_s": "makespan",
@@ -67,6 +72,8 @@ GOALS = {
     "single_rack_share": "higher",
     "mean_jct_s": "lower",
     "slo_attainment": "higher",
+    "interactivity_slo_attainment": "higher",
+    "ttft_slo_attainment": "higher",
 }
 # What each scheduling profile stands for (src/rackscale/scheduler/placement/). They differ only in placement.
 POLICY_NOTES = {
@@ -243,6 +250,8 @@ VERDICT_KPIS = (
     ("intra_rack_traffic_share", "intra-rack traffic", "pt"),
     ("idle_rate", "idle rate", "pt"),
     ("slo_attainment", "SLO attainment", "pt"),
+    ("interactivity_slo_attainment", "interactivity SLO attainment", "pt"),
+    ("ttft_slo_attainment", "TTFT SLO attainment", "pt"),
     ("allocation_ratio", "allocation", "pt"),
     ("training_samples_per_s", "training throughput", "%"),
     ("inference_tokens_per_s", "inference throughput", "%"),
