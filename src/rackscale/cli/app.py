@@ -17,6 +17,7 @@ from rackscale.cli.describe import describe
 from rackscale.cli.get import get
 from rackscale.cli.kube import kube_scheduler  # light: imports the kubernetes client when it runs
 from rackscale.cli.pack import pack
+from rackscale.cli.perf import app as perf_app  # light: rackscale.llm is imported when a command runs
 from rackscale.cli.schedule import schedule
 from rackscale.cli.serve import serve
 from rackscale.cli.simulate import simulate
@@ -173,6 +174,18 @@ app.add_typer(
         "  rackscale slurm topology --cluster examples/cluster-nvl72.yaml\n"
         "  rackscale slurm import -o cluster.yaml\n\n"
         "The slurm backend of `rackscale serve` is in docs/slurm.md."
+    ),
+)
+
+app.add_typer(
+    perf_app,
+    name="perf",
+    help=(
+        "LLM serving and training on a system, predicted by the performance model (rackscale.llm).\n\n"
+        "Examples:\n\n"
+        "  rackscale perf serve --model deepseek-r1 --gpu gb200 --precision fp4 --mtp --vs b200\n"
+        "  rackscale perf train --model llama-3.1-70b --gpu h100 --gpus 512\n\n"
+        "docs/cli-perf.md says what each figure means and what it assumes."
     ),
 )
 
