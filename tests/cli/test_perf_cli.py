@@ -298,3 +298,15 @@ def test_the_memory_error_gives_the_figures() -> None:
 def test_help_has_examples(verb: tuple[str, ...]) -> None:
     code, out, _ = invoke(*verb, "--help")
     assert code == 0 and "Examples" in out and "rackscale perf" in out
+
+
+def test_train_takes_an_expert_parallel_plan_and_refuses_it_on_a_dense_model() -> None:
+    code, out, _ = invoke(
+        "perf", "train", "-m", "deepseek-v3", "-g", "b200", "-n", "64", "-p", "fp8", "--pp", "4", "--ep", "16",
+        "--recompute", "--global-batch", "256", "--json",
+    )  # fmt: skip
+    assert code == 0, out
+    got = json.loads(out)
+    assert got["plan"]["ep"] == 16 and got["step"]["ep_all_to_all_s"] > 0
+    code, _, err = invoke("perf", "train", "-m", "llama-3.1-8b", "-g", "h100", "-n", "8", "--ep", "8")
+    assert code == 2 and "needs a MoE model" in err and len(err.strip().splitlines()) == 1

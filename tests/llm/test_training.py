@@ -63,3 +63,26 @@ def test_the_plan_search_fits_hbm_and_is_the_fastest_it_tried() -> None:
     # the chosen plan beats a deliberately poor one that fits
     poor = _step("h100", TrainPlan(tp=8, pp=8, dp=1, micro_batch=1, recompute=True))
     assert choice.step.step_s < poor.step_s
+
+
+MOE = TrainWorkload(model=model_named("deepseek-v3"), precision=Precision.FP8, seq_len=4096, global_batch=1024)
+
+
+def test_expert_parallel_all_to_all_runs_on_the_tier_its_group_spans() -> None:
+    """EP16 of one-GPU model shards: two 8-GPU nodes (the NIC) or one 72-GPU domain (NVLink)."""
+    plan = TrainPlan(tp=1, pp=1, dp=64, ep=16, recompute=True)
+    nodes = _step("b200", plan, MOE)
+    rack = _step("b200:72", plan, MOE)
+    assert nodes.ep_comm_s > 5 * rack.ep_comm_s > 0
+    assert nodes.compute_s == pytest.approx(rack.compute_s)
+    # EP inside one node costs NVLink time only
+    inside = _step("b200", TrainPlan(tp=1, pp=1, dp=64, ep=8, recompute=True), MOE)
+    assert inside.ep_comm_s < nodes.ep_comm_s / 5
+
+
+def test_expert_parallel_shards_expert_states_and_needs_a_moe_model() -> None:
+    one = train_memory_bytes(MOE, TrainPlan(tp=1, pp=16, dp=32, ep=1, recompute=True))
+    wide = train_memory_bytes(MOE, TrainPlan(tp=1, pp=16, dp=32, ep=32, recompute=True))
+    assert wide < one / 10
+    with pytest.raises(ValueError, match="ep 8 needs a MoE model"):
+        _step("h100", TrainPlan(tp=8, dp=8, ep=8))

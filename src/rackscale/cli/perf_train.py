@@ -86,12 +86,19 @@ def _run(work: TrainWorkload, system: System, gpus: int, plan: TrainPlan | None,
 
 
 def _plan(
-    gpus: int, *, tp: int | None, pp: int | None, dp: int | None, micro: int | None, recompute: bool | None
+    gpus: int,
+    *,
+    tp: int | None,
+    pp: int | None,
+    dp: int | None,
+    micro: int | None,
+    recompute: bool | None,
+    ep: int | None = None,
 ) -> TrainPlan | None:
     """The plan the options give (None when they give none); tp and pp default to 1, dp to what is left."""
     from rackscale.llm.training import TrainPlan
 
-    if tp is None and pp is None and dp is None and micro is None and recompute is None:
+    if tp is None and pp is None and dp is None and micro is None and recompute is None and ep is None:
         return None
     t, p = tp or 1, pp or 1
     if dp is None:
@@ -100,7 +107,10 @@ def _plan(
         dp = gpus // (t * p)
     if t * p * dp != gpus:
         fail(f"--tp x --pp x --dp = {t} x {p} x {dp} = {t * p * dp}, not the {gpus} GPUs of --gpus")
-    return TrainPlan(tp=t, pp=p, dp=dp, micro_batch=micro or 1, recompute=bool(recompute))
+    e = ep or 1
+    if dp % e:
+        fail(f"--ep {e} must divide the data-parallel degree {dp} (expert parallelism spreads experts over DP ranks)")
+    return TrainPlan(tp=t, pp=p, dp=dp, ep=e, micro_batch=micro or 1, recompute=bool(recompute))
 
 
 def _global_batch(given: int | None, seq_len: int, unit: int) -> int:
@@ -122,6 +132,7 @@ def train(
     tp: Annotated[int | None, typer.Option("--tp", min=1, help="Tensor parallel.")] = None,
     pp: Annotated[int | None, typer.Option("--pp", min=1, help="Pipeline stages.")] = None,
     dp: Annotated[int | None, typer.Option("--dp", min=1, help="Data parallel (default: what is left).")] = None,
+    ep: Annotated[int | None, typer.Option("--ep", min=1, help="Expert parallel (MoE), over the DP ranks.")] = None,
     micro_batch: Annotated[int | None, typer.Option("--micro-batch", min=1, help="Sequences per micro-batch.")] = None,
     recompute: Annotated[
         bool | None, typer.Option("--recompute/--no-recompute", help="Full activation recomputation.")
@@ -131,7 +142,7 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="Same as -o json.")] = False,
 ) -> None:
     """Step time, tokens/s, MFU and achieved TFLOP/s per GPU of a training job, the plan and the terms of
-    its step (compute, pipeline bubble, TP all-reduce, PP sends, DP all-reduce).
+    its step (compute, pipeline bubble, TP all-reduce, PP sends, DP all-reduce, EP all-to-all).
 
     Examples:
 
@@ -141,7 +152,9 @@ def train(
 
       rackscale perf train -m gpt3-175b -g a100 -n 1024 --seq-len 2048 --global-batch 1536 --json
 
-    Any of --tp/--pp/--dp/--micro-batch/--recompute gives the plan (checked: tp x pp x dp = --gpus, and it
+      rackscale perf train -m deepseek-v3 -g gb200 -n 512 -p fp8 --pp 16 --ep 32 --recompute --vs b200
+
+    Any of --tp/--pp/--dp/--ep/--micro-batch/--recompute gives the plan (checked: tp x pp x dp = --gpus, and it
     must fit HBM); none of them: the fastest plan that fits. With --vs the other system runs the same plan
     (given) or its own fastest one.
     """
@@ -151,7 +164,9 @@ def train(
     system = resolve_system(gpu, domain=domain)
     other = None if vs is None else resolve_system(vs, option="--vs")
     prec = resolve_precision(precision, system.gpu)
-    plan = _plan(gpus, tp=tp, pp=pp, dp=dp, micro=micro_batch, recompute=recompute)
+    plan = _plan(gpus, tp=tp, pp=pp, dp=dp, micro=micro_batch, recompute=recompute, ep=ep)
+    if plan is not None and plan.ep > 1 and (not loaded.spec.is_moe or loaded.spec.experts % plan.ep):
+        fail(f"--ep {plan.ep} needs a MoE model whose {loaded.spec.experts} experts it divides ({loaded.spec.name})")
     if plan is not None and plan.pp > loaded.spec.layers:
         fail(f"--pp {plan.pp} is more than the {loaded.spec.layers} layers of {loaded.spec.name}")
     unit = gpus if plan is None else plan.dp * plan.micro_batch
@@ -197,7 +212,7 @@ def _run_dict(run: Run) -> dict[str, Any]:
 
 
 def _plan_label(plan: TrainPlan) -> str:
-    text = f"TP{plan.tp} PP{plan.pp} DP{plan.dp} mb{plan.micro_batch}"
+    text = f"TP{plan.tp} PP{plan.pp} DP{plan.dp}" + (f" EP{plan.ep}" if plan.ep > 1 else "") + f" mb{plan.micro_batch}"
     return text + (" recompute" if plan.recompute else "")
 
 
@@ -218,7 +233,8 @@ def _summary_row(run: Run) -> dict[str, str]:
 def _term_rows(runs: list[Run]) -> list[dict[str, str]]:
     terms = (
         ("compute", "compute_s"), ("pp-bubble", "bubble_s"), ("tp-all-reduce", "tp_comm_s"),
-        ("pp-send", "pp_comm_s"), ("dp-all-reduce", "dp_comm_s"), ("step", "step_s"),
+        ("pp-send", "pp_comm_s"), ("dp-all-reduce", "dp_comm_s"), ("ep-all-to-all", "ep_comm_s"),
+        ("step", "step_s"),
     )  # fmt: skip
     names = [r.system.name for r in runs]
     if len(set(names)) < len(names):  # --vs the same system (another precision or plan): keep both columns

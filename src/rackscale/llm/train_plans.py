@@ -18,11 +18,12 @@ from rackscale.llm.training import TrainEfficiency, TrainPlan, TrainStep, TrainW
 HBM_USABLE = 0.9
 TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 PP_CHOICES = (1, 2, 4, 8, 16, 32)
+EP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 
 
 def train_memory_bytes(work: TrainWorkload, plan: TrainPlan) -> float:
     model = work.model
-    shard = model.total_params() / (plan.tp * plan.pp)
+    shard = (model.total_params() - model.expert_params_total() * (1.0 - 1.0 / plan.ep)) / (plan.tp * plan.pp)
     states = shard * (2.0 + 2.0 + 12.0 / plan.dp)
     s, h, a = work.seq_len, model.hidden, model.heads
     layers = model.layers / plan.pp
@@ -54,15 +55,15 @@ def best_train_plan(
             if gpus % (tp * pp) or pp > work.model.layers:
                 continue
             dp = gpus // (tp * pp)
-            for micro in (1, 2, 4, 8):
+            eps = [e for e in EP_CHOICES if dp % e == 0 and work.model.experts % e == 0] if work.model.is_moe else [1]
+            for ep, micro, recompute in ((e, mb, r) for e in eps for mb in (1, 2, 4, 8) for r in (False, True)):
                 if work.global_batch % (dp * micro):
                     continue
-                for recompute in (False, True):
-                    plan = TrainPlan(tp=tp, pp=pp, dp=dp, micro_batch=micro, recompute=recompute)
-                    mem = train_memory_bytes(work, plan)
-                    if mem > usable:
-                        continue
-                    step = train_step(work, plan, gpu=system.gpu, links=links, domain_gpus=system.domain_gpus, eff=eff)
-                    if best is None or step.step_s < best.step.step_s:
-                        best = TrainChoice(plan=plan, step=step, memory_bytes=mem)
+                plan = TrainPlan(tp=tp, pp=pp, dp=dp, ep=ep, micro_batch=micro, recompute=recompute)
+                mem = train_memory_bytes(work, plan)
+                if mem > usable:
+                    continue
+                step = train_step(work, plan, gpu=system.gpu, links=links, domain_gpus=system.domain_gpus, eff=eff)
+                if best is None or step.step_s < best.step.step_s:
+                    best = TrainChoice(plan=plan, step=step, memory_bytes=mem)
     return best

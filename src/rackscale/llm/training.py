@@ -8,6 +8,8 @@
 - **TP all-reduces**: 4 per layer per micro-batch (2 forward, 2 backward; 2 more when recomputing) of the
   micro-batch's activations, on the TP group's tier, not overlapped;
 - **PP sends**: activations forward and gradients back across each stage boundary, per micro-batch;
+- **EP all-to-all** (MoE): each MoE layer's dispatch and combine, forward and backward, over the EP group's
+  tier (NVLink when the group fits a domain);
 - **DP gradient all-reduce**: BF16 gradients of the GPU's shard, hierarchical: inside a domain over NVLink,
   between domains each of the ``k`` data-parallel ranks a domain holds sends ``1/k`` over its own NIC — the
   bigger the NVLink domain, the fewer bytes per NIC. Not overlapped with backward (a conservative choice).
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rackscale.llm.fabric import AllReduce, Links, Span, all_reduce_s
+from rackscale.llm.fabric import AllReduce, Links, Span, all_reduce_s, all_to_all_s
 from rackscale.llm.hardware import GpuSpec
 from rackscale.llm.models import ModelSpec
 from rackscale.llm.precision import Precision
@@ -38,6 +40,7 @@ class TrainPlan:
     tp: int = 1
     pp: int = 1
     dp: int = 1
+    ep: int = 1  # expert parallel (MoE): routed experts spread over ``ep`` of the DP ranks
     micro_batch: int = 1  # sequences per micro-batch
     virtual_stages: int = 1
     recompute: bool = False
@@ -49,7 +52,7 @@ class TrainPlan:
     def as_dict(self) -> dict[str, object]:
         return {
             "tp": self.tp,
-            "ep": 1,
+            "ep": self.ep,
             "pp": self.pp,
             "dp": self.dp,
             "micro_batch": self.micro_batch,
@@ -74,6 +77,7 @@ class TrainStep:
     tp_comm_s: float
     pp_comm_s: float
     dp_comm_s: float
+    ep_comm_s: float = 0.0
     tokens: float
     model_flops: float  # 6 N tokens
     counted_flops: float  # what the step computes (recomputation and attention included)
@@ -82,7 +86,7 @@ class TrainStep:
 
     @property
     def step_s(self) -> float:
-        return self.compute_s + self.bubble_s + self.tp_comm_s + self.pp_comm_s + self.dp_comm_s
+        return self.compute_s + self.bubble_s + self.tp_comm_s + self.pp_comm_s + self.dp_comm_s + self.ep_comm_s
 
     @property
     def tokens_per_s(self) -> float:
@@ -105,6 +109,7 @@ class TrainStep:
             "tp-all-reduce": self.tp_comm_s,
             "pp-send": self.pp_comm_s,
             "dp-all-reduce": self.dp_comm_s,
+            "ep-all-to-all": self.ep_comm_s,
         }
         return max(terms, key=terms.__getitem__)
 
@@ -119,6 +124,7 @@ class TrainStep:
             "tp_all_reduce_s": self.tp_comm_s,
             "pp_send_s": self.pp_comm_s,
             "dp_all_reduce_s": self.dp_comm_s,
+            "ep_all_to_all_s": self.ep_comm_s,
             "dominant": self.dominant,
         }
 
@@ -142,6 +148,8 @@ def train_step(
 ) -> TrainStep:
     """One optimizer step; ``dp_layout`` overrides the data-parallel group's layout (a real placement)."""
     model = work.model
+    if plan.ep > 1 and (not model.is_moe or plan.dp % plan.ep or model.experts % plan.ep):
+        raise ValueError(f"ep {plan.ep} needs a MoE model whose experts and dp ({plan.dp}) it divides")
     if work.global_batch % (plan.dp * plan.micro_batch):
         raise ValueError(
             f"global batch {work.global_batch} is not a multiple of dp x micro_batch = {plan.dp * plan.micro_batch}"
@@ -167,15 +175,28 @@ def train_step(
         pp_comm = 2 * m * plan.virtual_stages * (act / plan.tp) / bw
     dp_comm = 0.0
     if plan.dp > 1:
-        grads = model.total_params() / (plan.tp * plan.pp) * GRAD_BYTES
+        # expert gradients are shared by dp / ep replicas only (each EP rank holds its own experts)
+        params = model.total_params() - model.expert_params_total() * (1.0 - 1.0 / plan.ep)
+        grads = params / (plan.tp * plan.pp) * GRAD_BYTES
         span = dp_layout if dp_layout is not None else dp_span(plan, domain_gpus)
         dp_comm = all_reduce_s(links, span, grads, algorithm=AllReduce.HIERARCHICAL, slowdown=slowdown)
+    ep_comm = 0.0
+    if plan.ep > 1:
+        # per MoE layer and micro-batch: dispatch + combine forward, twice that backward, again if recomputed;
+        # the EP group is ``ep`` DP ranks, laid out like the DP group (``domain // (tp x pp)`` per domain)
+        per_domain = max(1, domain_gpus // max(plan.tp * plan.pp, 1))
+        ep_group = Span.packed(plan.ep, per_domain)
+        send = plan.micro_batch * work.seq_len / plan.tp * model.top_k * model.hidden * ACT_BYTES
+        passes_a2a = 6 if plan.recompute else 4
+        moe_layers_stage = model.moe_layers / plan.pp
+        ep_comm = m * moe_layers_stage * passes_a2a * all_to_all_s(links, ep_group, send, slowdown=slowdown)
     return TrainStep(
         compute_s=compute,
         bubble_s=bubble,
         tp_comm_s=tp_comm,
         pp_comm_s=pp_comm,
         dp_comm_s=dp_comm,
+        ep_comm_s=ep_comm,
         tokens=tokens,
         model_flops=6.0 * model.active_params() * tokens,
         counted_flops=counted,
