@@ -58,7 +58,7 @@ def test_all_to_all_sends_the_off_domain_share_over_the_nic(span: Span, nic_shar
     send = 1 * GB
     t = all_to_all_s(LINKS, span, send)
     if nic_share == 0:
-        assert t == pytest.approx(send / LINKS.nvlink_bytes_s + LINKS.nvlink_latency_s)
+        assert t == pytest.approx(send / LINKS.nvlink_bytes_s + LINKS.nvlink_a2a_latency_s)
     else:
         assert t == pytest.approx(send * nic_share / LINKS.nic_bytes_s + LINKS.nic_latency_s)
 

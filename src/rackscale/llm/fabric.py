@@ -38,7 +38,10 @@ class Links:
     nvlink_bytes_s: float
     nic_bytes_s: float
     backbone_bytes_s: float
-    nvlink_latency_s: float = 5e-6  # a collective's fixed cost through NVSwitch: launch, signal, wait
+    # Fixed costs, measured (aiconfigurator 0.12.0's GB200 tables, docs/perf.md): a small all-reduce under
+    # CUDA graphs takes ~4 us (two of these); a DeepEP low-latency dispatch or combine of one token ~17 us.
+    nvlink_latency_s: float = 2e-6
+    nvlink_a2a_latency_s: float = 17e-6
     nic_latency_s: float = 25e-6  # the same over RDMA: GPU-initiated puts through a leaf/spine pair
     backbone_latency_s: float = 50e-6
 
@@ -49,7 +52,7 @@ class Links:
         nvlink_gbps: float,
         nic_gbps: float,
         backbone_gbps: float,
-        nvlink_latency_us: float = 5.0,
+        nvlink_latency_us: float = 2.0,
         nic_latency_us: float = 25.0,
         backbone_latency_us: float = 50.0,
     ) -> Links:
@@ -139,7 +142,7 @@ def all_to_all_s(links: Links, span: Span, send_bytes: float, *, slowdown: float
         return 0.0
     local = min(span.per_domain) - 1
     off = (n - 1 - local) / (n - 1)
-    t_nv = send_bytes * (1 - off) / links.nvlink_bytes_s + links.nvlink_latency_s
+    t_nv = send_bytes * (1 - off) / links.nvlink_bytes_s + links.nvlink_a2a_latency_s
     if off <= 0:
         return t_nv
     inter_bw, inter_lat = _inter(links, span)
