@@ -80,6 +80,8 @@ def resolve_model(text: str, *, option: str = "--model") -> LoadedModel:
             config = json.loads(raw)
         except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
             fail(f"{option} {text}: not valid JSON ({err})")
+        except RecursionError:  # thousands of nested brackets: no config.json is built like that
+            fail(f"{option} {text}: JSON nested too deeply to be a config.json")
         if not isinstance(config, dict):
             fail(f"{option} {text}: a config.json holds one JSON object (got {type(config).__name__})")
         name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
