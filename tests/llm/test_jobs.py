@@ -247,3 +247,14 @@ def test_a_job_the_cluster_cannot_run_is_refused_naming_it(spec: JobSpec, field:
 def test_the_default_global_batch_is_about_4m_tokens(seq_len: int, gpus: int, batch: int) -> None:
     got = jobs.default_global_batch(LlmWork(model="llama-3.1-8b", seq_len=seq_len), gpus)
     assert got == batch and got % gpus == 0 and abs(got * seq_len - 4 * 2**20) <= gpus * seq_len
+
+
+def test_a_given_expert_parallel_degree_is_the_plans() -> None:
+    """A MoE gang's ``ep`` is honoured like its tp/pp/dp, through the same plan search as `perf train`."""
+    spec = training(
+        "moe", 128, llm=LlmWork(model="deepseek-v3", precision="fp8", pp=16, ep=8, global_batch=512),
+        duration_estimate_s=3600.0,
+    )  # fmt: skip
+    job = jobs.resolve(NVL72, spec)
+    assert isinstance(job, TrainingJob) and job.plan.ep == 8 and job.plan.pp == 16
+    assert job.terms(((72, 56), 1)).ep_comm_s > 0

@@ -23,7 +23,7 @@ from rackscale.llm.hardware import System
 from rackscale.llm.models import ModelSpec
 from rackscale.llm.plans import ServePlan, candidate_plans, max_batch
 from rackscale.llm.serving import ServeWorkload
-from rackscale.llm.train_plans import HBM_USABLE, PP_CHOICES, TP_CHOICES, train_memory_bytes
+from rackscale.llm.train_plans import HBM_USABLE, best_train_plan
 from rackscale.llm.training import TrainEfficiency, TrainPlan, TrainStep, TrainWorkload, train_step
 from rackscale.model.errors import RackscaleError
 from rackscale.model.workload import LlmWork
@@ -132,28 +132,11 @@ def train_job(work: TrainWorkload, llm: LlmWork, gpus: int, ctx: JobContext) -> 
     model = work.model
     usable = ctx.system.gpu.hbm_bytes * HBM_USABLE
     packed = Span.packed(gpus, ctx.system.domain_gpus).per_domain
-    best: tuple[float, TrainPlan] | None = None
-    for tp in (llm.tp,) if llm.tp else TP_CHOICES:
-        for pp in (llm.pp,) if llm.pp else PP_CHOICES:
-            if gpus % (tp * pp) or (llm.dp and gpus // (tp * pp) != llm.dp):
-                continue
-            if (not llm.tp and tp > model.heads) or (not llm.pp and pp > model.layers):
-                continue
-            dp = gpus // (tp * pp)
-            for micro in (1, 2, 4, 8):
-                for recompute in (False, True):
-                    if work.global_batch % (dp * micro):
-                        continue
-                    plan = TrainPlan(tp=tp, pp=pp, dp=dp, micro_batch=micro, recompute=recompute)
-                    if train_memory_bytes(work, plan) > usable:
-                        continue
-                    domain, dp_span = train_layout(plan, packed)
-                    s = train_step(
-                        work, plan, gpu=ctx.system.gpu, links=ctx.links, domain_gpus=domain, eff=ctx.training,
-                        dp_layout=dp_span,
-                    ).step_s  # fmt: skip
-                    if best is None or s < best[0]:
-                        best = (s, plan)
+    choice = best_train_plan(
+        work, ctx.system, gpus=gpus, links=ctx.links, eff=ctx.training, tp=llm.tp, pp=llm.pp, dp=llm.dp,
+        ep=llm.ep, search_ep=False, layout=lambda plan: train_layout(plan, packed),
+    )  # fmt: skip
+    best = None if choice is None else choice.plan
     if best is None:
         raise LlmJobError(
             f"llm.model: {model.name} at {work.precision} does not train on {gpus} {ctx.system.gpu.name} GPU(s) "
@@ -161,7 +144,7 @@ def train_job(work: TrainWorkload, llm: LlmWork, gpus: int, ctx: JobContext) -> 
             f"(~{model.total_params() * 16.0 / 1e9:.0f} GB of weights, gradients and optimizer states in all); "
             "give the job more GPUs, or leave tp/pp/dp for rackscale to choose"
         )
-    return TrainingJob(work=work, plan=best[1], ctx=ctx)
+    return TrainingJob(work=work, plan=best, ctx=ctx)
 
 
 # ---------------------------------------------------------------------------------------------- serving

@@ -9,9 +9,11 @@ times the micro-batches in flight (``pp`` under 1F1B).
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from rackscale.llm.fabric import Links
+from rackscale.llm.fabric import Links, Span
 from rackscale.llm.hardware import System
 from rackscale.llm.training import TrainEfficiency, TrainPlan, TrainStep, TrainWorkload, train_step
 
@@ -43,27 +45,47 @@ class TrainChoice:
 
 
 def best_train_plan(
-    work: TrainWorkload, system: System, *, gpus: int, links: Links, eff: TrainEfficiency
+    work: TrainWorkload,
+    system: System,
+    *,
+    gpus: int,
+    links: Links,
+    eff: TrainEfficiency,
+    tp: int | None = None,
+    pp: int | None = None,
+    dp: int | None = None,
+    ep: int | None = None,
+    search_ep: bool = True,
+    layout: Callable[[TrainPlan], tuple[int, Span | None]] | None = None,
 ) -> TrainChoice | None:
-    """The fastest plan on ``gpus`` GPUs of ``system`` that fits HBM (None if none fits)."""
+    """The fastest plan on ``gpus`` GPUs of ``system`` that fits HBM (None if none fits).
+
+    ``tp``/``pp``/``dp``/``ep``: degrees the caller fixes (the rest are searched; EP only if ``search_ep``).
+    ``layout``: the NVLink domain and DP-group span a plan sees on a real placement (the simulator's racks);
+    by default the system's packed domains.
+    """
+    model = work.model
     best: TrainChoice | None = None
     usable = system.gpu.hbm_bytes * HBM_USABLE
-    for tp in TP_CHOICES:
-        if tp > gpus or tp > work.model.heads or gpus % tp:
-            continue
-        for pp in PP_CHOICES:
-            if gpus % (tp * pp) or pp > work.model.layers:
+    for t in (tp,) if tp else TP_CHOICES:
+        for p in (pp,) if pp else PP_CHOICES:
+            if gpus % (t * p) or (dp and gpus // (t * p) != dp):
                 continue
-            dp = gpus // (tp * pp)
-            eps = [e for e in EP_CHOICES if dp % e == 0 and work.model.experts % e == 0] if work.model.is_moe else [1]
-            for ep, micro, recompute in ((e, mb, r) for e in eps for mb in (1, 2, 4, 8) for r in (False, True)):
-                if work.global_batch % (dp * micro):
+            if (not tp and t > model.heads) or (not pp and p > model.layers):
+                continue
+            d = gpus // (t * p)
+            eps = (ep,) if ep else EP_CHOICES if (model.is_moe and search_ep) else (1,)
+            for e, micro, recompute in itertools.product(eps, (1, 2, 4, 8), (False, True)):
+                if work.global_batch % (d * micro) or d % e or (e > 1 and model.experts % e):
                     continue
-                plan = TrainPlan(tp=tp, pp=pp, dp=dp, ep=ep, micro_batch=micro, recompute=recompute)
+                plan = TrainPlan(tp=t, pp=p, dp=d, ep=e, micro_batch=micro, recompute=recompute)
                 mem = train_memory_bytes(work, plan)
                 if mem > usable:
                     continue
-                step = train_step(work, plan, gpu=system.gpu, links=links, domain_gpus=system.domain_gpus, eff=eff)
+                domain, dp_layout = layout(plan) if layout else (system.domain_gpus, None)
+                step = train_step(
+                    work, plan, gpu=system.gpu, links=links, domain_gpus=domain, eff=eff, dp_layout=dp_layout
+                )
                 if best is None or step.step_s < best.step.step_s:
                     best = TrainChoice(plan=plan, step=step, memory_bytes=mem)
     return best
