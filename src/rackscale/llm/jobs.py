@@ -45,7 +45,7 @@ from rackscale.llm.precision import parse_precision
 from rackscale.llm.serving import ServeWorkload
 from rackscale.llm.training import GRAD_BYTES, TrainWorkload
 from rackscale.model.placement import Placement
-from rackscale.model.topology import MILLI_PER_GPU, GPUCluster, LinkTiers
+from rackscale.model.topology import GPUCluster, LinkTiers
 from rackscale.model.workload import CommProfile, JobKind, JobSpec, LlmWork
 from rackscale.network.collectives import Layout, StepTime, ideal_step, training_step
 
@@ -117,16 +117,10 @@ def replica_layouts(cluster: GPUCluster, placement: Placement, gpus_per_replica:
     what is left over in the racks (a placement made some other way) forms replicas across racks, in order.
     """
     per = max(gpus_per_replica, 1)
-    per_rack: dict[int, int] = {}
-    for a in placement.allocs:
-        n = len(a.gpus) if a.milli >= MILLI_PER_GPU else (1 if a.gpus else 0)
-        if n:
-            rack = cluster.nodes[a.node].rack
-            per_rack[rack] = per_rack.get(rack, 0) + n
     out: list[Layout] = []
     left: dict[int, int] = {}
     taken = 0
-    for rack, n in per_rack.items():
+    for _, rack, n in Layout.of(cluster, placement).members:  # GPUs per rack, in rack order
         whole, rest = divmod(n, per)
         out.extend([Layout(((cluster.racks[rack].region, rack, per),))] * whole)
         while rest > 0:  # leftovers: replicas across racks
