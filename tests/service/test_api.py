@@ -442,3 +442,9 @@ def test_times_in_messages_read_as_utc_clock_times(at: float, now: float, says: 
 
 def test_a_time_no_calendar_holds_is_said_in_seconds() -> None:
     assert clock_time(1e30, NOON).endswith(" s")
+
+
+def test_an_llm_job_the_cluster_can_hold_is_taken(service: LiveService) -> None:
+    body = {"name": "llm-1", "kind": "training", "gpus": 8, "llm": {"model": "llama-3.1-8b", "tp": 8}}
+    r = service.client().post("/v1/jobs", json=body)
+    assert r.status_code == 201, r.text

@@ -204,8 +204,8 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         if refusal is not None:
             raise HttpProblem(403, refusal)
         if spec.llm is not None:  # a model the cluster cannot hold is refused here, not left pending forever
-            try:
-                check_job(ctx.runner.live.cluster, spec)
+            try:  # a plan search (milliseconds, cached per model and size): off the event loop
+                await asyncio.to_thread(check_job, ctx.runner.live.cluster, spec)
             except LlmJobError as e:
                 raise HttpProblem(
                     422,
