@@ -17,8 +17,9 @@ from rackscale.llm.calibration import SERVING_POINT, TRAINING_POINT, serving_eff
 from rackscale.llm.decode import DEEPSEEK_MTP, NO_MTP
 from rackscale.llm.hardware import system_named
 from rackscale.llm.models import BUILTIN_MODELS, ModelSpec, model_named
-from rackscale.llm.serving import ServePoint, ServeWorkload, ServingMode, links_of, serve_curve
-from rackscale.llm.training import TrainPlan, TrainWorkload, train_step
+from rackscale.llm.serving import ServePoint, ServeWorkload, ServingMode, serve_curve
+from rackscale.llm.train_plans import train_step_on
+from rackscale.llm.training import TrainPlan, TrainWorkload
 
 # The published InferenceX B200 runs keep decode inside one 8-GPU node (perf-published.md).
 PUBLISHED_MAX_DECODE_EP = {("inferencex", "b200"): 8}
@@ -163,14 +164,7 @@ def evaluate_training(fig: TrainingFigure) -> TrainingResult:
         model=_model_of(fig), precision=fig.precision, seq_len=fig.seq_len, global_batch=fig.global_batch
     )
     plan = TrainPlan(tp=fig.tp, pp=fig.pp, dp=fig.dp, micro_batch=1, recompute=fig.counts_recompute)
-    step = train_step(
-        work,
-        plan,
-        gpu=system.gpu,
-        links=links_of(system),
-        domain_gpus=system.domain_gpus,
-        eff=training_efficiency(system.gpu),
-    )
+    step = train_step_on(system, work, plan, training_efficiency(system.gpu))
     return TrainingResult(figure=fig, tflops_per_gpu=step.achieved_tflops_per_gpu, mfu=step.mfu, dominant=step.dominant)
 
 

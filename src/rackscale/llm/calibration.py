@@ -28,8 +28,9 @@ from rackscale.llm.decode import DEEPSEEK_MTP, Efficiency
 from rackscale.llm.hardware import GpuSpec, system_named
 from rackscale.llm.models import model_named
 from rackscale.llm.precision import Precision
-from rackscale.llm.serving import ServeCurve, ServeWorkload, ServingMode, links_of, serve_curve
-from rackscale.llm.training import TrainEfficiency, TrainPlan, TrainWorkload, train_step
+from rackscale.llm.serving import ServeCurve, ServeWorkload, ServingMode, serve_curve
+from rackscale.llm.train_plans import train_step_on
+from rackscale.llm.training import TrainEfficiency, TrainPlan, TrainWorkload
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,14 +172,7 @@ def training_tflops(point: TrainingPoint, compute: float) -> float:
         virtual_stages=point.virtual_stages,
         recompute=True,
     )
-    step = train_step(
-        work,
-        plan,
-        gpu=system.gpu,
-        links=links_of(system),
-        domain_gpus=system.domain_gpus,
-        eff=TrainEfficiency(compute=compute),
-    )
+    step = train_step_on(system, work, plan, TrainEfficiency(compute=compute))
     return step.achieved_tflops_per_gpu
 
 

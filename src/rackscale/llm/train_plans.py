@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from rackscale.llm.fabric import Links, Span
 from rackscale.llm.hardware import System
+from rackscale.llm.serving import links_of
 from rackscale.llm.training import TrainEfficiency, TrainPlan, TrainStep, TrainWorkload, train_step
 
 HBM_USABLE = 0.9
@@ -35,6 +36,11 @@ def train_memory_bytes(work: TrainWorkload, plan: TrainPlan) -> float:
         act = s * h * (34.0 + 5.0 * a * s / h) / plan.tp * plan.micro_batch * layers
     in_flight = min(plan.pp, max(1, work.global_batch // (plan.dp * plan.micro_batch)))
     return states + act * in_flight
+
+
+def train_step_on(system: System, work: TrainWorkload, plan: TrainPlan, eff: TrainEfficiency) -> TrainStep:
+    """``plan``'s step on ``system`` laid out in its packed NVLink domains (what a published run reports)."""
+    return train_step(work, plan, gpu=system.gpu, links=links_of(system), domain_gpus=system.domain_gpus, eff=eff)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
