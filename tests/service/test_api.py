@@ -448,3 +448,21 @@ def test_an_llm_job_the_cluster_can_hold_is_taken(service: LiveService) -> None:
     body = {"name": "llm-1", "kind": "training", "gpus": 8, "llm": {"model": "llama-3.1-8b", "tp": 8}}
     r = service.client().post("/v1/jobs", json=body)
     assert r.status_code == 201, r.text
+
+
+def test_a_stored_llm_job_the_cluster_cannot_hold_fails_with_the_reason(tmp_path: Path) -> None:
+    """Past the API's check (stored before it, or on another cluster): the shared host fails it on arrival
+    and the store hears so at the next cycle; the other job runs."""
+    cfg = ServiceConfig(data_dir=tmp_path / "data", cluster=small_cluster(), speed=1.0, interval_s=0.01)
+    cfg.data_dir.mkdir(parents=True)
+    store = Store(f"sqlite:///{cfg.data_dir}/rackscale.db")
+    big = {"name": "big", "kind": "training", "gpus": 1, "llm": {"model": "llama-3.1-405b"}}
+    store.insert_job(name="big", queue="default", kind="training", gpus=1, priority=0, doc=big, submitted=1.0)
+    ok = {"name": "ok", "kind": "training", "gpus": 8}
+    store.insert_job(name="ok", queue="default", kind="training", gpus=8, priority=0, doc=ok, submitted=1.0)
+    store.close()
+    with serve_in_thread(cfg) as svc:
+        c = svc.client()
+        got = wait_for(lambda: (j := c.get("/v1/jobs/big").json())["status"] == "failed" and j, what="failed")
+        assert isinstance(got, dict) and got["reason"] == "Unrunnable" and "does not train on 1" in got["message"]
+        wait_for(lambda: c.get("/v1/jobs/ok").json()["status"] == "running", what="the other job runs")

@@ -75,6 +75,7 @@ class ClusterHost(ServicesMixin):
         self.waiting_milli = 0  # GPU demand of the queued jobs (for the idle rate)
         self.serving_jobs: set[str] = set()  # running services (the per-instant accounting visits only these)
         self.why: dict[str, Status] = {}  # the latest reason each queued job waits (with ``explain``)
+        self._held: list[Change] = []  # what happened outside a cycle (a job failed on arrival): the next one says it
         self.attempts: Counter[str] = Counter()  # jobs looked at by cycles, by result
         self.ended = 0  # jobs completed, failed or cancelled
         self._unexplained: set[str] = set()  # queued jobs no cycle has given a reason yet
@@ -92,6 +93,7 @@ class ClusterHost(ServicesMixin):
             self.runs[spec.name] = r
             self.specs[spec.name] = spec
             self._fail(r, str(err), spec.submit_time)
+            self._held.append(Change(spec.name, ChangeKind.FAILED, spec.submit_time, "Unrunnable", str(err)))
             return r
         r = JobRun(spec, work)
         self.runs[spec.name] = r
@@ -145,8 +147,9 @@ class ClusterHost(ServicesMixin):
     # ------------------------------------------------------------------ the cycle
     def cycle(self, now: float) -> list[Change]:
         """Run this instant's scheduling cycle (if anything could newly fit) and apply its decisions."""
+        held, self._held = self._held, []
         d = self.cycles.run(self.sched, self.state, self.pending, now)
-        return [] if d is None else self.apply(d, now)
+        return held if d is None else held + self.apply(d, now)
 
     def apply(self, d: Decisions, now: float) -> list[Change]:
         out: list[Change] = []
