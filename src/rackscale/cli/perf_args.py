@@ -157,16 +157,32 @@ def parse_targets(values: Sequence[str] | None, *, option: str = "--interactivit
             except ValueError:
                 fail(f"{option} must be a number of tokens/s per user (got {word!r})")
             if not math.isfinite(x) or x <= 0:
-                fail(f"{option} must be more than 0 tokens/s per user (got {word})")
+                fail(f"{option} must be more than 0 tokens/s per user, and finite (got {word})")
+            if x > MAX_INTERACTIVITY:
+                fail(f"{option} must be at most {MAX_INTERACTIVITY:g} tokens/s per user (got {word})")
             out.append(x)
     return tuple(out)
 
 
+# Beyond these no input means anything (the longest contexts are ~10M tokens), and past them the arithmetic
+# would only print nonsense: a hostile value gets one line instead.
+MAX_TOKENS = 1 << 24
+MAX_TTFT_S = 86_400.0
+MAX_INTERACTIVITY = 1e9  # far past any chip (the tests ask for unreachable targets below it)
+_LIMITS = {"isl": MAX_TOKENS, "osl": MAX_TOKENS, "ttft_s": MAX_TTFT_S}
+
+
 def check_positive(**values: int | float | None) -> None:
-    """One line for the first option (``isl=0`` -> ``--isl``) that is not a finite number above 0."""
+    """One line for the first option (``isl=0`` -> ``--isl``) that is not a finite number above 0 and within
+    its limit."""
     for name, value in values.items():
-        if value is not None and (not math.isfinite(value) or value <= 0):
-            fail(f"--{name.replace('_', '-')} must be more than 0 (got {value:g})")
+        if value is None:
+            continue
+        option, top = f"--{name.replace('_', '-')}", _LIMITS.get(name, math.inf)
+        if not math.isfinite(value) or value <= 0:
+            fail(f"{option} must be more than 0 (got {value:g})")
+        if value > top:
+            fail(f"{option} must be at most {top:,.0f} (got {value:g})")
 
 
 def precision_lines(gpu: GpuSpec, precision: Precision) -> list[str]:
