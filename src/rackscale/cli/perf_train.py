@@ -127,7 +127,7 @@ def train(
     precision: Annotated[str, typer.Option("--precision", "-p", help="bf16, fp8 or fp4 matmuls.")] = "bf16",
     seq_len: Annotated[int, typer.Option("--seq-len", min=1, max=1 << 22, help="Tokens per sequence.")] = 4096,
     global_batch: Annotated[
-        int | None, typer.Option("--global-batch", min=1, help="Sequences per step (default: ~4M tokens).")
+        int | None, typer.Option("--global-batch", min=1, max=1 << 24, help="Sequences per step (default: ~4M tokens).")
     ] = None,
     tp: Annotated[int | None, typer.Option("--tp", min=1, help="Tensor parallel.")] = None,
     pp: Annotated[int | None, typer.Option("--pp", min=1, help="Pipeline stages.")] = None,
