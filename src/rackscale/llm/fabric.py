@@ -161,8 +161,4 @@ def ring_bytes_per_nic(span: Span, size_bytes: float, *, algorithm: AllReduce = 
     return 2 * (n - 1) / n * size_bytes
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b) if b > 0 else 0
-
-
-__all__ = ["AllReduce", "Links", "Span", "all_reduce_s", "all_to_all_s", "ceil_div", "ring_bytes_per_nic"]
+__all__ = ["AllReduce", "Links", "Span", "all_reduce_s", "all_to_all_s", "ring_bytes_per_nic"]

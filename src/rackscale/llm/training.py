@@ -129,10 +129,11 @@ class TrainStep:
         }
 
 
-def dp_span(plan: TrainPlan, domain_gpus: int) -> Span:
-    """The data-parallel group of one model shard: ``domain // (tp x pp)`` of its ranks share a domain."""
+def dp_span(plan: TrainPlan, domain_gpus: int, size: int | None = None) -> Span:
+    """The data-parallel group of one model shard (or its first ``size`` ranks: an EP group): ``domain //
+    (tp x pp)`` of its ranks share a domain."""
     per_domain = max(1, domain_gpus // max(plan.tp * plan.pp, 1))
-    return Span.packed(plan.dp, per_domain)
+    return Span.packed(plan.dp if size is None else size, per_domain)
 
 
 def train_step(
@@ -184,8 +185,7 @@ def train_step(
     if plan.ep > 1:
         # per MoE layer and micro-batch: dispatch + combine forward, twice that backward, again if recomputed;
         # the EP group is ``ep`` DP ranks, laid out like the DP group (``domain // (tp x pp)`` per domain)
-        per_domain = max(1, domain_gpus // max(plan.tp * plan.pp, 1))
-        ep_group = Span.packed(plan.ep, per_domain)
+        ep_group = dp_span(plan, domain_gpus, plan.ep)
         send = plan.micro_batch * work.seq_len / plan.tp * model.top_k * model.hidden * ACT_BYTES
         passes_a2a = 6 if plan.recompute else 4
         moe_layers_stage = model.moe_layers / plan.pp
