@@ -177,7 +177,7 @@ def resolve(cluster: GPUCluster, spec: JobSpec, *, gpu_model: str | None = None)
 
 
 def is_llm(spec: JobSpec) -> bool:
-    return spec.llm is not None and spec.kind is not JobKind.BATCH
+    return spec.timed_by_llm
 
 
 def check_job(cluster: GPUCluster, spec: JobSpec) -> None:

@@ -178,6 +178,11 @@ class JobSpec:
         return self.unit.gpu_demand_milli * self.units
 
     @property
+    def timed_by_llm(self) -> bool:
+        """The LLM performance model times it (a training or inference job with ``llm``; batch jobs never)."""
+        return self.llm is not None and self.kind is not JobKind.BATCH
+
+    @property
     def required_units(self) -> int:
         return self.min_units or self.units
 

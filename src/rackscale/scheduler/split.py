@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from rackscale.llm.jobs import is_llm, job_step
 from rackscale.model.view import StateView
 from rackscale.model.workload import JobKind, JobSpec, LlmWork
 from rackscale.network.collectives import Layout
@@ -34,7 +33,7 @@ class SplitAdvisor:
     def split_pays_off(self, job: JobSpec, state: StateView, now: float) -> bool:
         duration = job.duration_estimate_s
         total = job.total_gpus
-        talks = is_llm(job) or job.comm.bytes_per_step > 0
+        talks = job.timed_by_llm or job.comm.bytes_per_step > 0
         if duration is None or not talks or total < 2 or total > state.cluster.max_rack_gpus:
             return True
         extra = (self._slowdown_of(job, state) - 1.0) * duration
@@ -42,12 +41,16 @@ class SplitAdvisor:
 
     def _slowdown_of(self, job: JobSpec, state: StateView) -> float:
         key: tuple[int, float, float, str] | tuple[int, JobKind, LlmWork]
-        if job.llm is not None and is_llm(job):
+        if job.llm is not None and job.timed_by_llm:
             key = (job.total_gpus, job.kind, job.llm)
         else:
             key = (job.total_gpus, job.comm.bytes_per_step, job.comm.compute_s_per_step, job.comm.collective)
         got = self._slowdown.get(key)
         if got is None:
+            # imported here: the whole LLM model, which a scheduler with no communicating gang never needs
+            # (the CLI imports the scheduler at start-up)
+            from rackscale.llm.jobs import job_step
+
             n = job.total_gpus
             one = job_step(state.cluster, job, Layout(((0, 0, n),))).total_s
             half = -(-n // 2)
