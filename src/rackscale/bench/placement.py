@@ -208,6 +208,9 @@ class _Run:
         pending = [backlog.next_job(now=self.now) for _ in range(self.cfg.pending)]
         times: list[float] = []
         placed = 0
+        # Full (oldest-generation) collections during the timed runs: one adds tens of ms at 100,000
+        # GPUs (it walks every object made since start-up), and says why one run is slower than another.
+        gen2_before = gc.get_stats()[2]["collections"]
         for i in range(3):
             t0 = time.perf_counter_ns()
             d = self.sched.schedule(self.state, pending, self.now)
@@ -220,6 +223,8 @@ class _Run:
             "pending": self.cfg.pending,
             "cycle_10k_pending_ms": statistics.median(times),
             "cycle_runs": len(times),
+            "cycle_runs_ms": times,
+            "cycle_gen2_gcs": gc.get_stats()[2]["collections"] - gen2_before,
             "cycle_placed": placed,
         }
 

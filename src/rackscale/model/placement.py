@@ -32,11 +32,16 @@ class NodeAlloc:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """The slices a job holds. ``units`` is how many of the job's units this placement carries."""
+    """The slices a job holds. ``units`` is how many of the job's units this placement carries.
+
+    ``opportunistic``: the job was backfilled onto GPUs a reservation holds for a blocked gang, and runs
+    there on loan: the scheduler stops it (the *reclaim* action) when the gang can start.
+    """
 
     job: str
     allocs: tuple[NodeAlloc, ...]
     units: int
+    opportunistic: bool = False
 
     @property
     def nodes(self) -> tuple[int, ...]:

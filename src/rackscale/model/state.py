@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
@@ -24,10 +25,22 @@ from rackscale.model import state_checks
 from rackscale.model.capacity import AllocationError, CapacityState
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.running import RunningJob, Usage
-from rackscale.model.topology import GPUCluster
+from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.transaction import Checkpoint, CheckpointError, Transaction
 from rackscale.model.view import BucketView, StateView, UsageView
 from rackscale.model.workload import JobSpec
+
+
+class _NodeIndexes(NamedTuple):
+    """The buckets one node's whole-free count is kept in: its model's nodes, its rack's nodes, and its
+    rack's (in its region, and in every region), with its rack and model."""
+
+    node: list[set[int]]
+    rack_node: list[set[int]]
+    rack: int
+    rack_region: list[set[int]]
+    rack_all: list[set[int]]
+    model: str
 
 
 class ClusterState(CapacityState):
@@ -42,8 +55,26 @@ class ClusterState(CapacityState):
         # How many running preemptible jobs hold each priority: a preemptor with no lower priority
         # among them skips the victim search entirely.
         self.preemptible_priorities: Counter[int] = Counter()
+        # Jobs running on loan in a reservation's GPUs (``Placement.opportunistic``): the reservation
+        # counts their GPUs as its own, and the reclaim action stops them when its holder can start.
+        self.opportunistic: set[str] = set()
         # Expected ends of running jobs, kept sorted (backfill and the split decision read them in order).
         self._ends: SortedList = SortedList()
+        # Per node, the buckets its whole-free count moves in (``_whole_moved``), looked up once here
+        # rather than through nine lookups for every slice a cycle places and rolls back.
+        racks = cluster.racks
+        self._one_rack: list[tuple[int]] = [(r,) for r in range(len(racks))]
+        self._indexes_of: list[_NodeIndexes] = [
+            _NodeIndexes(
+                self.node_index[n.gpu_model].buckets,
+                self.rack_node_index[n.rack].buckets,
+                n.rack,
+                self.rack_index[(racks[n.rack].gpu_model, racks[n.rack].region)].buckets,
+                self.rack_index_all[racks[n.rack].gpu_model].buckets,
+                n.gpu_model,
+            )
+            for n in cluster.nodes
+        ]
 
     # ------------------------------------------------------------------ jobs
     def allocate(
@@ -59,54 +90,72 @@ class ClusterState(CapacityState):
         """Admit a job on its placement. Raises :class:`AllocationError` (state unchanged) if any slice
         does not fit or the job already runs. ``health=False`` is for restoring a job exactly as it was
         (a rollback): failed hardware it held then does not stop it."""
-        if spec.name in self.running:
-            raise AllocationError(f"job {spec.name!r} already holds resources")
-        self._take_all(placement.allocs, health=health, job=spec.name, verb="place")
-        racks = tuple(sorted({self.cluster.nodes[a.node].rack for a in placement.allocs}))
-        rj = RunningJob(
-            spec=spec,
-            placement=placement,
-            started_at=now,
-            expected_end=expected_end,
-            checkpointed_at=now if checkpointed_at is None else checkpointed_at,
-            racks=racks,
+        name = spec.name
+        if name in self.running:
+            raise AllocationError(f"job {name!r} already holds resources")
+        allocs = placement.allocs
+        self._take_all(allocs, health=health, job=name, verb="place")
+        nodes = self.cluster.nodes
+        # Most placements are one slice: no set of racks to build and sort, nor a tuple (one per rack, kept).
+        racks = (
+            self._one_rack[nodes[allocs[0].node].rack]
+            if len(allocs) == 1
+            else tuple(sorted({nodes[a.node].rack for a in allocs}))
         )
-        self.running[spec.name] = rj
+        # (spec, placement, started_at, expected_end, checkpointed_at, racks), by position: no keywords
+        # to match for every placement a cycle tries
+        rj = RunningJob(spec, placement, now, expected_end, now if checkpointed_at is None else checkpointed_at, racks)
+        self.running[name] = rj
+        rack_jobs, node_jobs = self.rack_jobs, self.node_jobs
         for r in racks:
-            self.rack_jobs[r].add(spec.name)
-        for a in placement.allocs:
-            self.node_jobs[a.node].add(spec.name)
+            rack_jobs[r].add(name)
+        gpu_milli = cpu_milli = memory_mib = 0
+        for a in allocs:
+            node_jobs[a.node].add(name)
+            gpu_milli += a.milli * len(a.gpus)
+            cpu_milli += a.cpu_milli
+            memory_mib += a.memory_mib
+        if placement.opportunistic:
+            self.opportunistic.add(name)
         if spec.preemptible:
             self.preemptible_priorities[spec.priority] += 1
         if expected_end is not None:
-            self._ends.add((expected_end, spec.name))
-        u = self.queue_usage.setdefault(spec.queue, Usage())
-        for a in placement.allocs:
-            u.gpu_milli += a.milli * len(a.gpus)
-            u.cpu_milli += a.cpu_milli
-            u.memory_mib += a.memory_mib
+            self._ends.add((expected_end, name))
+        u = self.queue_usage.get(spec.queue)
+        if u is None:  # (not ``setdefault(queue, Usage())``: that builds a Usage per call)
+            u = self.queue_usage[spec.queue] = Usage()
+        u.gpu_milli += gpu_milli
+        u.cpu_milli += cpu_milli
+        u.memory_mib += memory_mib
         u.jobs += 1
         return rj
 
     def release(self, name: str) -> RunningJob:
         """Free everything job ``name`` holds. Raises ``KeyError`` if it holds nothing."""
         rj = self.running.pop(name)
+        node_jobs, rack_jobs = self.node_jobs, self.rack_jobs
+        gpu_milli = cpu_milli = memory_mib = 0
         for a in rj.placement.allocs:
             self._give(a)
-            self.node_jobs[a.node].discard(name)
+            node_jobs[a.node].discard(name)
+            gpu_milli += a.milli * len(a.gpus)
+            cpu_milli += a.cpu_milli
+            memory_mib += a.memory_mib
         for r in rj.racks:
-            self.rack_jobs[r].discard(name)
+            rack_jobs[r].discard(name)
         if rj.expected_end is not None:
             self._ends.discard((rj.expected_end, name))
-        if rj.spec.preemptible:
-            self.preemptible_priorities[rj.spec.priority] -= 1
-            if not self.preemptible_priorities[rj.spec.priority]:
-                del self.preemptible_priorities[rj.spec.priority]
-        u = self.queue_usage[rj.spec.queue]
-        for a in rj.placement.allocs:
-            u.gpu_milli -= a.milli * len(a.gpus)
-            u.cpu_milli -= a.cpu_milli
-            u.memory_mib -= a.memory_mib
+        self.opportunistic.discard(name)
+        spec = rj.spec
+        if spec.preemptible:
+            held = self.preemptible_priorities
+            held[spec.priority] -= 1
+            if not held[spec.priority]:
+                del held[spec.priority]
+        u = self.queue_usage[spec.queue]
+        u.gpu_milli -= gpu_milli
+        u.cpu_milli -= cpu_milli
+        u.memory_mib -= memory_mib
         u.jobs -= 1
         return rj
 
@@ -133,7 +182,7 @@ class ClusterState(CapacityState):
             self.rack_jobs[r].discard(name)
         for a in old.allocs:
             self.node_jobs[a.node].discard(name)
-        placement = Placement(name, allocs, units)
+        placement = Placement(name, allocs, units, opportunistic=old.opportunistic)
         racks = tuple(sorted({self.cluster.nodes[a.node].rack for a in allocs}))
         for r in racks:
             self.rack_jobs[r].add(name)
@@ -149,6 +198,66 @@ class ClusterState(CapacityState):
 
     def note_checkpoint(self, name: str, now: float) -> None:
         self.running[name] = replace(self.running[name], checkpointed_at=now)
+
+    # ------------------------------------------------------------------ whole-GPU slices, without a recount
+    def _take(self, a: NodeAlloc) -> None:
+        """``CapacityState._take`` without the node's recount for a slice of whole GPUs on healthy
+        hardware (nearly every slice a cycle places and rolls back): its GPUs were whole free (the slice
+        fits), so the node loses exactly that many whole GPUs and its shared flag stays as it was."""
+        n = a.node
+        if a.milli != MILLI_PER_GPU or self.gpu_failed[n] or self.node_down[n]:
+            super()._take(a)  # shared GPUs, failed hardware: the full recount
+            return
+        free = self.gpu_free[n]
+        gpus = a.gpus
+        for g in gpus:
+            free[g] -= MILLI_PER_GPU
+        self.cpu_free[n] -= a.cpu_milli
+        self.mem_free[n] -= a.memory_mib
+        self.used_milli += MILLI_PER_GPU * len(gpus)
+        self._whole_moved(n, -len(gpus))
+
+    def _give(self, a: NodeAlloc) -> None:
+        """``CapacityState._give``, the same way: a held whole GPU has 0 free, so it comes back whole."""
+        n = a.node
+        free = self.gpu_free[n]
+        gpus = a.gpus
+        if a.milli == MILLI_PER_GPU and not self.gpu_failed[n] and not self.node_down[n]:
+            for g in gpus:
+                if free[g]:
+                    break  # not as a whole slice leaves it: the full recount
+            else:
+                for g in gpus:
+                    free[g] += MILLI_PER_GPU
+                self.cpu_free[n] += a.cpu_milli
+                self.mem_free[n] += a.memory_mib
+                self.used_milli -= MILLI_PER_GPU * len(gpus)
+                self._whole_moved(n, len(gpus))
+                return
+        super()._give(a)
+
+    def _whole_moved(self, n: int, delta: int) -> None:
+        """What ``CapacityState._refresh`` does when node ``n``'s whole-free count moves by ``delta`` and
+        its shared flag does not: the same index moves in the same order. The order matters: which node
+        or rack of a bucket a placer meets first is the sets' iteration order, which follows the history
+        of adds and discards, so a different sequence would change decisions."""
+        self.node_version[n] += 1
+        if not delta:
+            return
+        node_buckets, rack_node_buckets, r, rack_buckets, rack_all_buckets, model = self._indexes_of[n]
+        old = self.node_whole[n]
+        whole = self.node_whole[n] = old + delta
+        node_buckets[old].discard(n)
+        node_buckets[whole].add(n)
+        rack_node_buckets[old].discard(n)
+        rack_node_buckets[whole].add(n)
+        old_r = self.rack_whole[r]
+        new_r = self.rack_whole[r] = old_r + delta
+        rack_buckets[old_r].discard(r)
+        rack_buckets[new_r].add(r)
+        rack_all_buckets[old_r].discard(r)
+        rack_all_buckets[new_r].add(r)
+        self.model_free_whole[model] += delta
 
     # ------------------------------------------------------------------ failures
     def fail_gpu(self, node: int, gpu: int) -> set[str]:

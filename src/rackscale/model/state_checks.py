@@ -42,6 +42,7 @@ def snapshot(state: ClusterState) -> dict[str, object]:
         "ends": list(state.ends_in_order()),
         "preemptible_priorities": {p: c for p, c in state.preemptible_priorities.items() if c},
         "rack_jobs": [sorted(s) for s in state.rack_jobs],
+        "opportunistic": sorted(state.opportunistic),
         "node_jobs": [sorted(s) for s in state.node_jobs],
         "queue_usage": {
             q: (u.gpu_milli, u.cpu_milli, u.memory_mib, u.jobs)
@@ -83,3 +84,5 @@ def check_invariants(state: ClusterState) -> None:
         assert r in state.rack_index[(rack.gpu_model, rack.region)].buckets[whole]
         assert r in state.rack_index_all[rack.gpu_model].buckets[whole]
     assert state.failed_gpus_count == state.failed_gpus, "failed_gpus_count out of sync"
+    loaned = {name for name, rj in state.running.items() if rj.placement.opportunistic}
+    assert state.opportunistic == loaned, "opportunistic out of sync"

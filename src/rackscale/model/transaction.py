@@ -7,8 +7,8 @@ placed, it rolls back to the :class:`Checkpoint` it took before the gang, which 
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rackscale.model.errors import RackscaleError
 from rackscale.model.placement import NodeAlloc, Placement
@@ -21,12 +21,6 @@ if TYPE_CHECKING:
 
 class CheckpointError(RackscaleError, ValueError):
     """A rollback to a checkpoint the transaction does not hold (a bug in the caller)."""
-
-
-class _Op(StrEnum):
-    ALLOCATED = "allocated"
-    RELEASED = "released"
-    EXTENDED = "extended"
 
 
 class Checkpoint:
@@ -47,29 +41,33 @@ class Checkpoint:
 
 
 class Transaction:
-    """Changes to a :class:`ClusterState`, logged so that :meth:`rollback` can undo them, newest first."""
+    """Changes to a :class:`ClusterState`, logged so that :meth:`rollback` can undo them, newest first.
+
+    A cycle logs, and at its end rolls back, every placement it tries, so an admission is logged as the
+    job's name alone (undone by releasing it): no tuple or bound method to build for it, and a string
+    is no work for the garbage collector. A release or an extension logs its undo step and argument."""
 
     __slots__ = ("_log", "state")
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self._log: list[tuple[_Op, RunningJob | Placement]] = []
+        self._log: list[str | tuple[Callable[[Any], object], Any]] = []
 
     def allocate(
         self, spec: JobSpec, placement: Placement, *, now: float, expected_end: float | None = None
     ) -> RunningJob:
         rj = self.state.allocate(spec, placement, now=now, expected_end=expected_end)
-        self._log.append((_Op.ALLOCATED, rj))
+        self._log.append(spec.name)
         return rj
 
     def release(self, name: str) -> RunningJob:
         rj = self.state.release(name)
-        self._log.append((_Op.RELEASED, rj))
+        self._log.append((self._restore, rj))
         return rj
 
     def extend(self, name: str, allocs: tuple[NodeAlloc, ...], units: int) -> RunningJob:
         rj = self.state.extend(name, allocs, units)
-        self._log.append((_Op.EXTENDED, Placement(name, allocs, units)))
+        self._log.append((self._retract, Placement(name, allocs, units)))
         return rj
 
     def checkpoint(self) -> Checkpoint:
@@ -87,24 +85,29 @@ class Transaction:
                 raise CheckpointError("rollback to a checkpoint this transaction does not hold")
             stop = to._depth
         log = self._log
+        pop = log.pop
+        release = self.state.release
         while len(log) > stop:
-            op, item = log.pop()
-            self._undo(op, item)
+            entry = pop()
+            if isinstance(entry, str):
+                release(entry)
+            else:
+                undo, item = entry
+                undo(item)
 
-    def _undo(self, op: _Op, item: RunningJob | Placement) -> None:
-        if isinstance(item, Placement):
-            self.state.retract(item.job, item.allocs, item.units)
-        elif op is _Op.ALLOCATED:
-            self.state.release(item.spec.name)
-        else:  # released: put the job back exactly as it was, even on hardware that has failed since
-            self.state.allocate(
-                item.spec,
-                item.placement,
-                now=item.started_at,
-                expected_end=item.expected_end,
-                checkpointed_at=item.checkpointed_at,
-                health=False,
-            )
+    def _retract(self, p: Placement) -> None:
+        self.state.retract(p.job, p.allocs, p.units)
+
+    def _restore(self, rj: RunningJob) -> None:
+        """Put a released job back exactly as it was, even on hardware that has failed since."""
+        self.state.allocate(
+            rj.spec,
+            rj.placement,
+            now=rj.started_at,
+            expected_end=rj.expected_end,
+            checkpointed_at=rj.checkpointed_at,
+            health=False,
+        )
 
     def commit(self) -> None:
         """Keep every change: a later :meth:`rollback` undoes only what comes after."""

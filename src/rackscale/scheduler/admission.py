@@ -66,7 +66,20 @@ class Admission:
         """The static filters' answer, remembered per job shape (they read only the job and the cluster)."""
         if state.cluster is not self._static_for:
             self._static_for, self._static_memo = state.cluster, {}
-        key = (job.kind, job.unit, job.units, job.min_units, job.topology.required)
+        # The unit's fields, not the ``Resources`` itself: its dataclass ``__eq__`` runs in Python on every
+        # hit (see ``pending.static_shape``); the fields compare in C.
+        u = job.unit
+        key = (
+            job.kind,
+            u.gpus,
+            u.gpu_milli,
+            u.cpu_milli,
+            u.memory_mib,
+            u.gpu_models,
+            job.units,
+            job.min_units,
+            job.topology.required,
+        )
         if key in self._static_memo:
             return self._static_memo[key]
         st = self._static_memo[key] = _run(self._static, job, state, ctx)

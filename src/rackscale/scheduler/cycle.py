@@ -33,13 +33,22 @@ class JobShape(NamedTuple):
     ``__hash__`` and ``__eq__`` run in Python; a tuple's run in C)."""
 
     kind: JobKind
-    unit: Resources
+    unit: UnitKey  # the unit's fields (see ``_unit_key``)
     required: Level | None
     preferred: Level | None
     fenced: bool
     priority: int
     may_preempt: bool
     may_split: bool
+
+
+UnitKey = tuple[int, int, int, int, frozenset[str] | None]
+
+
+def _unit_key(u: Resources) -> UnitKey:
+    """A unit's fields: equal exactly when the ``Resources`` are, compared in C (its dataclass ``__eq__``
+    runs in Python, on every shape lookup of the cycle)."""
+    return (u.gpus, u.gpu_milli, u.cpu_milli, u.memory_mib, u.gpu_models)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +81,7 @@ class Attempt:
             job = self.job
             self._shape = JobShape(
                 job.kind,
-                job.unit,
+                _unit_key(job.unit),
                 job.topology.required,
                 job.topology.preferred,
                 self.fenced,

@@ -67,12 +67,16 @@ class GangPlacement:
             allow_split=lambda: self.may_split(job, ctx.now, state),
         )
         # A gang split into per-unit groups (shared GPUs) keeps its later units where the first went.
-        pin_level = job.topology.required if job.is_gang and len(groups) > 1 else None
+        several = len(groups) > 1
+        pin_level = job.topology.required if several and job.is_gang else None
         before = tx.checkpoint()  # everything after it is this job's: undone together on failure
         allocs: list[NodeAlloc] = []
         units = 0
+        # Where the job's units are already (replicas spread away from them): only a group that spreads
+        # reads them, and only a later group the units this call places.
         avoid_nodes: set[int] = set(running.placement.nodes) if running is not None else set()
         avoid_racks: set[int] = set(running.racks) if running is not None else set()
+        first: Placement | None = None  # what the state was given: the answer too, when nothing merges
         for req, n_units in groups:
             if req.spread:
                 req = replace(req, avoid_nodes=frozenset(avoid_nodes), avoid_racks=frozenset(avoid_racks))
@@ -88,7 +92,8 @@ class GangPlacement:
                 return self._error(job, f"raised {type(err).__name__}: {err}")
             try:
                 if running is None and units == 0:
-                    tx.allocate(job, Placement(job.name, part, n_units), now=ctx.now)
+                    first = Placement(job.name, part, n_units)
+                    tx.allocate(job, first, now=ctx.now)
                 else:
                     tx.extend(job.name, part, n_units)
             except Exception as err:  # slices the state refuses (AllocationError), or not slices at all
@@ -96,14 +101,22 @@ class GangPlacement:
                 return self._error(job, f"returned an invalid placement: {err}")
             allocs.extend(part)
             units += n_units
-            for a in part:
-                avoid_nodes.add(a.node)
-                avoid_racks.add(state.cluster.nodes[a.node].rack)
+            if several:  # only a later group reads them (a gang is one group: nothing to track)
+                for a in part:
+                    avoid_nodes.add(a.node)
+                    avoid_racks.add(state.cluster.nodes[a.node].rack)
         if units < need:
             tx.rollback(before)
             return self._why_not(job, state, models, need)
         end = ctx.now + job.duration_estimate_s if job.duration_estimate_s is not None else None
-        placement = Placement(job.name, merge_allocs(allocs), units)
+        if first is not None and first.units == units and len(first.allocs) == len(allocs) == 1:
+            placement = first  # one slice (most jobs): nothing to merge
+        else:
+            merged = merge_allocs(allocs)
+            if first is not None and first.units == units and first.allocs == merged:
+                placement = first
+            else:
+                placement = Placement(job.name, merged, units)
         return Placed(job, placement, end, scale_up=running is not None)
 
     def may_split(self, job: JobSpec, now: float, state: StateView) -> bool:

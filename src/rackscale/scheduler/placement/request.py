@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from itertools import chain
 
 from rackscale.model.placement import NodeAlloc
 from rackscale.model.topology import MILLI_PER_GPU
@@ -17,6 +18,10 @@ from rackscale.model.view import StateView
 from rackscale.model.workload import Resources
 
 UNLIMITED = 1 << 30
+# ``tuple(range(k))`` and ``(g,)``, built once (``take_units`` hands them out rather than build a tuple per
+# slice): the first GPUs of a node whose GPUs are all whole free, and one GPU.
+_FIRST_GPUS: tuple[tuple[int, ...], ...] = tuple(tuple(range(k)) for k in range(17))
+_ONE_GPU: tuple[tuple[int], ...] = tuple((g,) for g in range(16))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,7 +75,24 @@ def take_units(state: StateView, n: int, unit: Resources, k: int) -> list[NodeAl
     """Slices for ``k`` units on node ``n`` (the caller checked :func:`units_fit`). Fractional units
     go to the GPU whose free share fits most tightly, so whole GPUs stay whole."""
     if unit.gpus:
-        gpus = state.whole_free_gpus(n, k * unit.gpus)
+        want = k * unit.gpus
+        free = state.gpu_free[n]
+        if state.node_whole[n] == len(free):  # every GPU whole free: the first ones
+            gpus = _FIRST_GPUS[want] if want < len(_FIRST_GPUS) else tuple(range(want))
+        elif not state.gpu_failed[n]:  # ``state.whole_free_gpus``, with no failed GPU to skip:
+            if want == 1:  # (most jobs) the first whole free GPU, found in C
+                g = free.index(MILLI_PER_GPU)
+                gpus = _ONE_GPU[g] if g < len(_ONE_GPU) else (g,)
+            else:  # a loop: a comprehension builds a function and a frame per call
+                picked: list[int] = []
+                for g, f in enumerate(free):
+                    if f == MILLI_PER_GPU:
+                        picked.append(g)
+                        if len(picked) == want:
+                            break
+                gpus = tuple(picked)
+        else:
+            gpus = state.whole_free_gpus(n, want)
         return [NodeAlloc(n, gpus, MILLI_PER_GPU, unit.cpu_milli * k, unit.memory_mib * k)]
     if not unit.gpu_milli:
         return [NodeAlloc(n, (), MILLI_PER_GPU, unit.cpu_milli * k, unit.memory_mib * k)]
@@ -89,31 +111,37 @@ def fill_best_fit(
     """Place ``units`` on the given nodes (fewest-free first), best fit: the remainder goes to the
     tightest node that holds it all, else the roomiest node is filled and we go on. ``None`` if they
     cannot hold it; nothing is changed either way."""
+    gpus = unit.gpus
+    # Whole GPUs and nothing else (nearly every gang): a node's fit is its whole-free count divided,
+    # read here rather than through ``units_fit`` (a down node has none whole free).
+    whole = state.node_whole if gpus and not unit.cpu_milli and not unit.memory_mib else None
     order: list[int] = []
-    fit: dict[int, int] = {}
+    fit: list[int] = []
     for n in candidates_asc:
         if n in avoid:
             continue
-        k = units_fit(state, n, unit)
+        k = whole[n] // gpus if whole is not None else units_fit(state, n, unit)
         if k >= units:  # the tightest node that holds it all: the common case, decided early
             return take_units(state, n, unit, units)
         if k > 0:
             order.append(n)
-            fit[n] = k
-    if sum(fit.values()) < units:
+            fit.append(k)
+    if sum(fit) < units:
         return None
+    # The roomiest node first, the first of equals first (a stable sort, as ``max`` picks the first);
+    # as soon as the roomiest left holds the remainder, the first node in order that holds it takes it.
     out: list[NodeAlloc] = []
     remaining = units
-    while remaining > 0:
-        tight = next((n for n in order if fit[n] >= remaining), None)
-        if tight is not None:
-            out.extend(take_units(state, tight, unit, remaining))
+    taken: set[int] = set()
+    for i in sorted(range(len(order)), key=fit.__getitem__, reverse=True):
+        if fit[i] >= remaining:
+            tight = next(j for j in range(len(order)) if fit[j] >= remaining and j not in taken)
+            out.extend(take_units(state, order[tight], unit, remaining))
             return out
-        roomy = max(order, key=lambda n: fit[n])
-        out.extend(take_units(state, roomy, unit, fit[roomy]))
-        remaining -= fit[roomy]
-        order.remove(roomy)
-    return out
+        out.extend(take_units(state, order[i], unit, fit[i]))
+        remaining -= fit[i]
+        taken.add(i)
+    raise AssertionError("unreachable: the nodes hold the units")  # pragma: no cover
 
 
 def fill_in_order(
@@ -139,26 +167,41 @@ def _merged(state: StateView, models: tuple[str, ...]) -> list[Sequence[Abstract
 
 
 def racks_ascending(state: StateView, models: tuple[str, ...], at_least: int) -> Iterator[int]:
-    """Racks of any allowed model with >= ``at_least`` whole free GPUs, fewest free first."""
+    """Racks of any allowed model with >= ``at_least`` whole free GPUs, fewest free first.
+
+    For one model, the same order as ``state.racks_ascending``, read as a chain of the buckets (C-level
+    iteration): a cycle looks at thousands of racks, and each would otherwise pass through three
+    generators."""
     if len(models) == 1:
-        yield from state.racks_ascending(models[0], at_least)
-        return
-    buckets = _merged(state, models)
+        ix = state.rack_index_all.get(models[0])
+        return chain.from_iterable(ix.buckets[max(at_least, 0) :]) if ix is not None else iter(())
+    return _merged_ascending(_merged(state, models), at_least)
+
+
+def racks_descending(state: StateView, models: tuple[str, ...], at_least: int) -> Iterator[int]:
+    if len(models) == 1:
+        ix = state.rack_index_all.get(models[0])
+        return chain.from_iterable(reversed(ix.buckets[max(at_least, 0) :])) if ix is not None else iter(())
+    return _merged_descending(_merged(state, models), at_least)
+
+
+def _merged_ascending(buckets: list[Sequence[AbstractSet[int]]], at_least: int) -> Iterator[int]:
     if buckets:
         for c in range(max(at_least, 0), len(buckets[0])):
             for b in buckets:
                 yield from b[c]
 
 
-def racks_descending(state: StateView, models: tuple[str, ...], at_least: int) -> Iterator[int]:
-    if len(models) == 1:
-        yield from state.racks_descending(models[0], at_least)
-        return
-    buckets = _merged(state, models)
+def _merged_descending(buckets: list[Sequence[AbstractSet[int]]], at_least: int) -> Iterator[int]:
     if buckets:
         for c in range(len(buckets[0]) - 1, max(at_least, 0) - 1, -1):
             for b in buckets:
                 yield from b[c]
+
+
+def nodes_ascending_in_rack(state: StateView, rack: int, at_least: int) -> Iterator[int]:
+    """``state.rack_node_index[rack].ascending(at_least)``, as a chain of its buckets (see above)."""
+    return chain.from_iterable(state.rack_node_index[rack].buckets[max(at_least, 0) :])
 
 
 def nodes_ascending(state: StateView, models: tuple[str, ...], at_least: int) -> Iterator[int]:

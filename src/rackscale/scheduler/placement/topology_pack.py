@@ -22,12 +22,14 @@ from rackscale.scheduler.placement.request import (
     fill_best_fit,
     fill_in_order,
     nodes_ascending,
+    nodes_ascending_in_rack,
     racks_ascending,
     take_units,
     units_fit,
 )
 
 Allocs = list[NodeAlloc]
+_NONE: frozenset[int] = frozenset()
 
 
 class TopologyPack:
@@ -58,13 +60,16 @@ class TopologyPack:
         a rack already used but new nodes (node anti-affinity first, as the seed's hostname rule), then
         anything that fits."""
         total = max(req.total_gpus, 1)
-        candidates = (r for r in racks_ascending(state, req.models, total) if req.rack_allowed(r))
         if not req.spread:
-            for rack in candidates:  # lazily: the first best-fit rack usually holds it
-                got = self._fill_rack(state, rack, req, req.units, avoid=frozenset())
+            exclude, only = req.exclude_racks, req.only_racks  # ``rack_allowed``, inline: a check per rack
+            for rack in racks_ascending(state, req.models, total):  # lazily: the first best-fit rack usually holds it
+                if rack in exclude or (only is not None and rack not in only):
+                    continue
+                got = self._fill_rack(state, rack, req, req.units, avoid=_NONE)
                 if got is not None:
                     return got
             return None
+        candidates = (r for r in racks_ascending(state, req.models, total) if req.rack_allowed(r))
         used: list[int] = []
         for rack in candidates:
             if rack in req.avoid_racks:
@@ -87,8 +92,18 @@ class TopologyPack:
     def _fill_rack(
         self, state: StateView, rack: int, req: GroupRequest, units: int, *, avoid: frozenset[int]
     ) -> Allocs | None:
-        candidates = state.rack_node_index[rack].ascending(max(req.unit.gpus, 1))
-        return fill_best_fit(state, candidates, units, req.unit, avoid=avoid)
+        g = max(req.unit.gpus, 1)
+        if units > 1 or g > 1:
+            # The units the rack's nodes could hold by whole-free counts alone (CPU, memory and the nodes
+            # to avoid only lower it), from its buckets: when fewer than asked, the node-by-node search
+            # would fail, and a third of the racks a backlog cycle tries are such racks.
+            buckets = state.rack_node_index[rack].buckets
+            room = 0
+            for c in range(g, len(buckets)):
+                room += len(buckets[c]) * (c // g)
+            if room < units:
+                return None
+        return fill_best_fit(state, nodes_ascending_in_rack(state, rack, g), units, req.unit, avoid=avoid)
 
     # ------------------------------------------------------------------ several racks
     def _multi_rack(self, state: StateView, req: GroupRequest) -> Allocs | None:
@@ -158,18 +173,34 @@ class TopologyPack:
                 taken.add(pick)
                 chosen.append(pick)
                 remaining -= (state.rack_whole[pick] // w) * w if tight is None else remaining
-        out: Allocs = []
+        # Units per chosen rack: as many as each holds, the rest on the last. A rack holds exactly its
+        # room (its nodes' fits), so the plan is checked on counts before any slice is built.
+        unit = req.unit
+        whole = state.node_whole if not unit.cpu_milli and not unit.memory_mib else None  # (see fill_best_fit)
+        takes: list[int] = []
         units = req.units
         for i, rack in enumerate(chosen):
-            last = i == len(chosen) - 1
-            room = sum(units_fit(state, n, req.unit) for n in cluster.racks[rack].nodes)
-            k = units if last else min(units, room)
-            got = self._fill_rack(state, rack, req, k, avoid=frozenset()) if k else []
-            if got is None:
+            nodes = cluster.racks[rack].nodes
+            room = (
+                sum(whole[n] // w for n in nodes)
+                if whole is not None
+                else sum(units_fit(state, n, unit) for n in nodes)
+            )
+            k = units if i == len(chosen) - 1 else min(units, room)
+            if k > room:
                 return None
-            out.extend(got)
+            takes.append(k)
             units -= k
-        return out if units == 0 else None
+        if units:
+            return None
+        out: Allocs = []
+        for rack, k in zip(chosen, takes, strict=True):
+            if k:
+                got = self._fill_rack(state, rack, req, k, avoid=_NONE)
+                if got is None:  # (cannot happen: a rack holds its room)
+                    return None
+                out.extend(got)
+        return out
 
     def _racks_in(self, state: StateView, req: GroupRequest, region: int | None, *, at_least: int) -> list[int]:
         """Allowed racks with room, fewest free first."""
