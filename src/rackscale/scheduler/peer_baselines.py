@@ -1,0 +1,31 @@
+"""Registers the peer schedulers' placers and profiles: ``kueue-tas`` and ``slurm-block``.
+
+They live here, not at the bottom of their modules, because a placement module that imported the
+framework (for ``PLACERS`` and ``Profile``) would close an import cycle ``placement -> framework ->
+placement.request``, which the ``acyclic_siblings`` import contract forbids.
+
+Both ignore the split advisor (as ``slurm-tree`` does: their originals have no such wait), so the
+profiles split eagerly and spare the advisor's pricing of every gang.
+"""
+
+from __future__ import annotations
+
+from rackscale.scheduler.framework import PLACERS, PROFILES, Profile
+from rackscale.scheduler.placement.kueue_tas import KueueTAS
+from rackscale.scheduler.placement.slurm_block import SlurmBlock
+
+PLACERS[KueueTAS.name] = lambda seed: KueueTAS()
+PLACERS[SlurmBlock.name] = lambda seed: SlurmBlock()
+
+PROFILES["kueue-tas"] = Profile(
+    name="kueue-tas",
+    placer=KueueTAS.name,
+    split_policy="eager",
+    summary="Kueue's topology-aware scheduling: the lowest level (node, rack, region) that holds the gang, best fit",
+)
+PROFILES["slurm-block"] = Profile(
+    name="slurm-block",
+    placer=SlurmBlock.name,
+    split_policy="eager",
+    summary="Slurm's topology/block: best-fit rack per segment, else the smallest aggregated block of racks",
+)
