@@ -19,6 +19,7 @@ have chromium || need+=(chromium)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 { have slurmctld && have slurmd && have sbatch && have scontrol; } || need+=(slurm-wlm)
 have munged || need+=(munge)
+have debootstrap || need+=(debootstrap)  # Slurm 24.11 with topology/block runs in a Debian 13 root (tests/slurm/test_block.py)
 have pgrep || need+=(procps)
 # kubectl for `kubectl kustomize` of deploy/kubernetes (Debian's 1.20 will do); never over a kubectl already here.
 have kubectl || need+=(kubernetes-client)

@@ -65,6 +65,18 @@ class Backend(Protocol):
         ...
 
 
+def admitted(backend: object, spec: JobSpec) -> JobSpec:
+    """The spec as the backend can run it, for the backends that narrow what they take (an optional method
+    ``admit(spec) -> JobSpec``; e.g. a Slurm with topology/block refuses to spread a gang that fits in one
+    block, so such a gang must stay in one rack); the spec itself for the others."""
+    fn = getattr(backend, "admit", None)
+    if fn is None:
+        return spec
+    out = fn(spec)
+    assert isinstance(out, JobSpec), f"{type(backend).__name__}.admit must return a JobSpec"
+    return out
+
+
 def orphans(backend: object) -> list[str]:
     """The jobs the backend still runs from an earlier start of the service, asked before ``adopt``, for the
     backends that can tell (an optional method ``orphans() -> list[str]``); [] for the others. The service

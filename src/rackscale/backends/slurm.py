@@ -10,8 +10,10 @@ adopted, never submitted twice.
 
 ``poll`` asks ``scontrol show job --oneliner`` (one call for every job, at most every ``poll_interval_s``):
 there is no slurmdbd, so ``sacct`` is not used; ended jobs stay visible for ``MinJobAge`` (300 s by default).
-Priority is not passed to Slurm: rackscale orders the queue and submits a job only when its nodes are free,
-pinned with ``--nodelist``, so Slurm's own priority never decides anything.
+rackscale orders the queue and submits a job only when its nodes are free, pinned with ``--nodelist``, so
+Slurm's own priority never decides anything; the priority is passed on (``--priority``) only for what Slurm
+shows, and dropped once Slurm refuses it. With ``slurm_root`` the tools run in a chroot
+(:meth:`Slurm.in_root`) and every path handed to them is the path inside it.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ import logging
 import os
 import shlex
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from rackscale.backends.base import Exit, RunningJobRecord
 from rackscale.model.errors import RackscaleError
 from rackscale.model.placement import Placement
 from rackscale.model.topology import GPUCluster
-from rackscale.model.workload import JobSpec
+from rackscale.model.workload import JobKind, JobSpec, Level
 from rackscale.slurm.commands import Slurm, SlurmError, SlurmJob
 
 log = logging.getLogger("rackscale.backends.slurm")
@@ -77,8 +80,12 @@ class SlurmBackend:
         *,
         partition: str | None = None,
         poll_interval_s: float = 1.0,
+        blocks: bool = False,
     ) -> None:
         self.slurm = slurm
+        # Slurm runs topology/block: it refuses a --nodelist that spreads a job fitting one block (``admit``).
+        self.blocks = blocks
+        self._block_gpus = max((r.gpus for r in cluster.racks), default=0)
         self.cluster = cluster
         self.dir = data_dir / "slurm"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -125,8 +132,8 @@ class SlurmBackend:
             f"--nodelist={','.join(names)}",
             f"--nodes={len(names)}",
             f"--comment={self.tag}",
-            f"--output={self.out_path(spec.name)}",
-            f"--chdir={self.dir}",
+            f"--output={self.slurm.path(self.out_path(spec.name))}",
+            f"--chdir={self.slurm.path(self.dir)}",
         ]
         if any(per_node):
             if len(set(per_node)) == 1:
@@ -148,7 +155,7 @@ class SlurmBackend:
         env = [f"export {k}={shlex.quote(v)}" for k, v in spec.env if k.isidentifier() and k.isascii()]
         lines = ["#!/bin/sh", *env, f"exec {shlex.join(argv)}"]
         script.write_text("\n".join(lines) + "\n")
-        return [*args, str(script)]
+        return [*args, self.slurm.path(script)]
 
     def _live_by_name(self, job: str, jobs: Mapping[str, SlurmJob]) -> list[SlurmJob]:
         return sorted(
@@ -181,10 +188,35 @@ class SlurmBackend:
                 self.pass_priority = False
                 job_id = self.slurm.sbatch(self.sbatch_args(spec, placement))
         except (SlurmError, OSError) as e:
-            self._pending.append(Exit(job, ok=False, reason=f"sbatch failed: {e}"))
-            return
+            landed = self._landed_anyway(job) if "timed out" in str(e) else None
+            if landed is None:
+                self._pending.append(Exit(job, ok=False, reason=f"sbatch failed: {e}{self._split_hint(placement, e)}"))
+                return
+            log.warning("sbatch of %s timed out but Slurm has it as %s: adopting it", job, landed)
+            job_id = landed
         self._jobs[job] = job_id
         self._write_id(job, job_id)
+
+    def _landed_anyway(self, job: str) -> str | None:
+        """After an sbatch that timed out (a busy controller may have queued the job all the same): the id of
+        the live job it made, if any, so that it is tracked and never submitted twice."""
+        try:
+            live = [j for j in self._live_by_name(job, self.slurm.jobs()) if not j.terminal]
+        except SlurmError:
+            return None
+        return live[-1].id if live else None
+
+    def _split_hint(self, placement: Placement, e: Exception) -> str:
+        """Slurm 24.11's topology/block refuses a ``--nodelist`` that spreads a job which fits in one block
+        over several ("Requested node configuration is not available", and ``--segment`` cannot go with a
+        node list): say so when that is what happened (docs/slurm.md)."""
+        racks = {self.cluster.nodes[a.node].rack for a in placement.allocs}
+        if len(racks) < 2 or "not available" not in str(e):
+            return ""
+        return (
+            f" (the placement spans {len(racks)} racks: a Slurm with topology/block refuses that for a job that "
+            "fits in one block; ask for topology required: rack)"
+        )
 
     def stop(self, job: str, *, now: float) -> None:
         self._pending = [e for e in self._pending if e.job != job]
@@ -262,6 +294,15 @@ class SlurmBackend:
         self._jobs.clear()
         self._pending.clear()
 
+    def admit(self, spec: JobSpec) -> JobSpec:
+        """Under topology/block a gang that fits in one block must stay in one: Slurm refuses any other
+        placement of it at ``sbatch`` (seen on 24.11.5: docs/slurm.md). Such a gang gets ``topology.required:
+        rack`` (a rack is a base block); the scheduler then waits for a rack instead of splitting it."""
+        whole = spec.unit.gpus > 0 and spec.kind is not JobKind.INFERENCE
+        if not self.blocks or not whole or spec.topology.required is not None or spec.total_gpus > self._block_gpus:
+            return spec
+        return replace(spec, topology=replace(spec.topology, required=Level.RACK))
+
     def orphans(self) -> list[str]:
         """Before ``adopt``: the jobs in Slurm that carry this service's tag and have not ended."""
         try:
@@ -276,22 +317,35 @@ def make_slurm_backend(
     data_dir: Path, cluster: GPUCluster | None, options: Mapping[str, object]
 ) -> tuple[SlurmBackend, GPUCluster]:
     """The service's factory. Options: ``slurm_conf`` (path, else $SLURM_CONF / Slurm's default),
-    ``partition``, ``poll_interval_s`` (default 1), ``gpu_model`` (for the imported cluster)."""
+    ``slurm_root`` (a folder: Slurm's tools run there through ``chroot``, e.g. the Slurm 24.11 root of
+    :mod:`rackscale.slurm.block`; ``slurm_conf`` is then the path inside it, and ``data_dir`` must be inside
+    it too), ``partition``, ``poll_interval_s`` (default 1), ``gpu_model`` (for the imported cluster)."""
     from rackscale.slurm.importer import import_cluster
 
     conf = options.get("slurm_conf")
+    root = options.get("slurm_root")
+    if root is not None and not isinstance(root, str | os.PathLike):
+        raise SlurmBackendError(f"slurm_root must be a path (got {root!r})")
+    if root is not None and not Path(root).is_dir():
+        raise SlurmBackendError(f"slurm_root {root}: no such folder")
     partition = options.get("partition")
     interval = options.get("poll_interval_s", 1.0)
     model = options.get("gpu_model")
     if conf is not None and not isinstance(conf, str | os.PathLike):
         raise SlurmBackendError(f"slurm_conf must be a path (got {conf!r})")
-    if conf is not None and not Path(conf).is_file():
-        raise SlurmBackendError(f"--slurm-conf {conf}: no such file")
+    if conf is not None and not (Path(root) / str(conf).lstrip("/") if root is not None else Path(conf)).is_file():
+        raise SlurmBackendError(f"--slurm-conf {conf}: no such file" + (f" in {root}" if root is not None else ""))
     if partition is not None and not isinstance(partition, str):
         raise SlurmBackendError(f"partition must be a string (got {partition!r})")
     if not isinstance(interval, int | float) or isinstance(interval, bool) or interval < 0:
         raise SlurmBackendError(f"poll_interval_s must be a number >= 0 (got {interval!r})")
     slurm = Slurm(Path(conf) if conf is not None else None)
+    if root is not None:
+        slurm = Slurm.in_root(Path(root), Path(conf) if conf is not None else None)
+        try:
+            slurm.path(data_dir)
+        except SlurmError as e:
+            raise SlurmBackendError(f"the data dir must be inside slurm_root: {e}") from e
     try:
         live = import_cluster(slurm, gpu_model=model if isinstance(model, str) else None)
     except (SlurmError, ValueError) as e:
@@ -306,5 +360,11 @@ def make_slurm_backend(
             )
     else:
         cluster = live
-    backend = SlurmBackend(slurm, cluster, data_dir, partition=partition, poll_interval_s=float(interval))
+    try:
+        blocks = any("BlockName" in sw for sw in slurm.topology())
+    except SlurmError as e:
+        raise SlurmBackendError(f"cannot read Slurm's topology: {e}") from e
+    backend = SlurmBackend(
+        slurm, cluster, data_dir, partition=partition, poll_interval_s=float(interval), blocks=blocks
+    )
     return backend, cluster

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from rackscale.cli.common import RACKS_HELP, resolve_cluster
-from rackscale.cli.output import err_console, fail, printable
+from rackscale.cli.output import OutputFormat, emit, err_console, fail, printable
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
@@ -92,40 +92,89 @@ def import_(
             )
 
 
+DEFAULT_BLOCK_ROOT = Path("/var/tmp/rackscale-slurm-24.11-root")
+ENGINE_HELP = (
+    "tree: Slurm 22.05 on this host, topology/tree, Slurm places with --switches=1. block: Slurm 24.11 with "
+    "topology/block in a Debian 13 root (--slurm-root), Slurm places by its block rule."
+)
+
+
 @app.command()
 def compare(
     jobs: Annotated[int, typer.Option("--jobs", help="Gangs in the sequence.", min=1)] = 40,
     seed: Annotated[int, typer.Option(help="Seed of the job mix.")] = 0,
     spread: Annotated[float, typer.Option(help="Arrivals spread over this many seconds.", min=0)] = 8.0,
+    engine: Annotated[str, typer.Option("--engine", help=ENGINE_HELP)] = "tree",
     slurm_conf: Annotated[
         Path | None,
-        typer.Option("--slurm-conf", help="A running Slurm to use (default: start an emulated 4x4x4 one; root)."),
+        typer.Option(
+            "--slurm-conf",
+            help="A running Slurm to use (its path inside --slurm-root if given). Default: start an emulated one "
+            "(root).",
+        ),
     ] = None,
+    slurm_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--slurm-root",
+            help=f"Slurm runs in this root, through chroot (--engine block: built there once; default "
+            f"{DEFAULT_BLOCK_ROOT}).",
+        ),
+    ] = None,
+    racks: Annotated[int | None, typer.Option("--racks", min=1, help="Emulated: racks (blocks); default 4.")] = None,
+    rack_nodes: Annotated[
+        int | None, typer.Option("--rack-nodes", min=1, help="Emulated: nodes per rack (tree 4, block 18).")
+    ] = None,
+    node_gpus: Annotated[int | None, typer.Option("--node-gpus", min=1, help="Emulated: GPUs per node (4).")] = None,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, json or yaml.")] = OutputFormat.table,
 ) -> None:
-    """Slurm's --switches=1 vs rackscale (slurm backend) on one gang sequence of 4/8/12/16 GPUs.
+    """Slurm's own placement vs rackscale (slurm backend) on one gang sequence (1/4 to 1 rack each).
 
     Examples:
 
-      sudo rackscale slurm compare                     # an emulated 4x4x4 Slurm (needs root)
-      rackscale slurm compare --slurm-conf /etc/slurm/slurm.conf --jobs 100 --seed 3
+      sudo rackscale slurm compare                   # Slurm 22.05, tree, 4x4x4
 
-    Prints, per placer, how many gangs stayed in one rack and how long they waited (docs/slurm.md).
+      sudo rackscale slurm compare --engine block    # Slurm 24.11, block, 4x18x4
+
+      sudo rackscale slurm compare --engine block --racks 2 --rack-nodes 4 -o json
+
+      rackscale slurm compare --slurm-conf /etc/slurm/slurm.conf --jobs 100
+
+    Prints, per placer, the share of gangs inside one rack (block), how many Slurm refused, the mean wait
+    and the mean JCT (docs/slurm.md).
     """
+    from rackscale.bench.slurm_compare import Engine
     from rackscale.bench.slurm_compare import compare as run_compare
     from rackscale.model.topology import GPUCluster
-    from rackscale.slurm import emulated
+    from rackscale.slurm import block, emulated
     from rackscale.slurm.commands import Slurm, SlurmError
     from rackscale.slurm.importer import import_cluster
 
+    if engine not in tuple(Engine):
+        fail(f"--engine must be tree or block (got {printable(engine)!r})")
+    eng = Engine(engine)
+    if slurm_conf is not None and any(v is not None for v in (racks, rack_nodes, node_gpus)):
+        fail("--racks, --rack-nodes and --node-gpus shape the emulated Slurm: not with --slurm-conf")
+    if slurm_root is not None and eng is Engine.tree and slurm_conf is None:
+        fail("--slurm-root with --engine tree needs --slurm-conf (the Slurm running there)")
+    npr = rack_nodes or (18 if eng is Engine.block else 4)
+    spec = GPUCluster.uniform(
+        name="emulated", racks_per_region=racks or 4, nodes_per_rack=npr, gpus_per_node=node_gpus or 4
+    )
     try:
         if slurm_conf is not None:
-            slurm = Slurm(slurm_conf)
-            results = run_compare(slurm, import_cluster(slurm), jobs, seed=seed, spread_s=spread)
+            slurm = Slurm.in_root(slurm_root, slurm_conf) if slurm_root is not None else Slurm(slurm_conf)
+            results = run_compare(slurm, import_cluster(slurm), jobs, seed=seed, spread_s=spread, engine=eng)
+        elif eng is Engine.block:
+            with block.running(spec, slurm_root or DEFAULT_BLOCK_ROOT) as emu:
+                results = run_compare(emu.slurm, spec, jobs, seed=seed, spread_s=spread, engine=eng)
         else:
-            spec = GPUCluster.uniform(name="emulated", racks_per_region=4, nodes_per_rack=4, gpus_per_node=4)
             with emulated.running(spec) as emu:
                 results = run_compare(emu.slurm, spec, jobs, seed=seed, spread_s=spread)
     except SlurmError as e:
         fail(str(e))
-    for r in results:
-        typer.echo(printable(r.line()))
+    if output is OutputFormat.table:
+        for r in results:
+            typer.echo(printable(r.line()))
+        return
+    emit([r.row() for r in results], output)

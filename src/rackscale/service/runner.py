@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from rackscale.backends.base import Backend, Exit, RunningJobRecord
+from rackscale.backends.base import Backend, Exit, RunningJobRecord, admitted
 from rackscale.model.spec_errors import SpecError
 from rackscale.model.specs import job_from_dict
 from rackscale.model.workload import JobSpec
@@ -163,7 +163,7 @@ class Runner:
                 running[row.name] = RunningJobRecord(spec, row.placement, row.started)
                 counts["running"] += 1
             else:
-                self.live.submit(spec)
+                self.live.submit(admitted(self.backend, spec))
                 counts["pending"] += 1
             self._runs[row.name] = row.seq
         exits = self.backend.adopt(running, now)
@@ -289,7 +289,7 @@ class Runner:
                         # still on its way (two clients). The store took the new one only once no run was active.
                         self._drop(spec.name, now)
                     if spec.name not in self.live.specs:
-                        self.live.submit(spec)
+                        self.live.submit(admitted(self.backend, spec))
                         self._runs[spec.name] = run
                 case Cancelled(name, run):
                     if not (run and (held := self._runs.get(name)) and held != run):  # else: an earlier run's, done

@@ -98,11 +98,31 @@ def job_from_record(rec: Mapping[str, str]) -> SlurmJob:
 
 
 class Slurm:
-    """Runs Slurm's tools against one cluster (``SLURM_CONF``: ``conf``, else the default)."""
+    """Runs Slurm's tools against one cluster (``SLURM_CONF``: ``conf``, else the default).
 
-    def __init__(self, conf: Path | str | None = None, *, timeout_s: float = 15.0) -> None:
+    ``prefix`` goes before every command: ``("chroot", "/srv/slurm-root")`` drives a Slurm installed in
+    another root (:func:`Slurm.in_root`; the Slurm 24.11 of :mod:`rackscale.slurm.block`), ``("ssh",
+    "login1")`` one on a login node. ``root``: the host folder that the tools see as ``/``; paths handed to
+    Slurm (job scripts, ``--output``, ``--chdir``) go through :meth:`path`, so they must lie inside it.
+    ``conf`` is the path *as the tools see it* (the environment passes through chroot and env)."""
+
+    def __init__(
+        self,
+        conf: Path | str | None = None,
+        *,
+        timeout_s: float = 15.0,
+        prefix: Sequence[str] = (),
+        root: Path | str | None = None,
+    ) -> None:
         self.conf = Path(conf) if conf is not None else None
         self.timeout_s = timeout_s
+        self.prefix = tuple(prefix)
+        self.root = Path(root) if root is not None else None
+
+    @classmethod
+    def in_root(cls, root: Path | str, conf: Path | str | None = None, *, timeout_s: float = 15.0) -> Slurm:
+        """The Slurm installed in ``root`` (a Debian root made with debootstrap), run through ``chroot``."""
+        return cls(conf, timeout_s=timeout_s, prefix=("chroot", str(root)), root=root)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -110,12 +130,34 @@ class Slurm:
             env["SLURM_CONF"] = str(self.conf)
         return env
 
+    def path(self, host_path: Path) -> str:
+        """``host_path`` as Slurm's tools and daemons see it: itself, or relative to ``root`` (then it must
+        be inside it: a chrooted sbatch cannot read a script outside its root)."""
+        if self.root is None:
+            return str(host_path)
+        root = self.root.resolve()
+        try:
+            return str(Path("/") / host_path.resolve().relative_to(root))
+        except ValueError:
+            raise SlurmError(f"{host_path} is outside {root}, the root Slurm runs in: it cannot read it") from None
+
+    def _missing(self, tool: str) -> str | None:
+        """Why ``tool`` cannot run (None: it can): checked on this host, or in ``root``."""
+        if self.prefix:
+            if shutil.which(self.prefix[0]) is None:
+                return f"{self.prefix[0]} not found"
+            if self.root is not None and not any((self.root / d / tool).exists() for d in ("usr/bin", "usr/sbin")):
+                return f"{tool} not found in {self.root}: {INSTALL_HINT} there"
+            return None
+        return None if shutil.which(tool) is not None else f"{tool} not found: {INSTALL_HINT}"
+
     def run(self, argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
-        if shutil.which(argv[0]) is None:
-            raise SlurmError(f"{argv[0]} not found: {INSTALL_HINT}")
+        missing = self._missing(argv[0])
+        if missing is not None:
+            raise SlurmError(missing)
         try:
             proc = subprocess.run(
-                list(argv),
+                [*self.prefix, *argv],
                 capture_output=True,
                 text=True,
                 env=self.env(),

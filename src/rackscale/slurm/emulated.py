@@ -1,6 +1,7 @@
 """A throwaway Slurm cluster of emulated nodes on 127.0.0.1, built from a rackscale cluster: one slurmctld and
 one ``slurmd -N <node>`` per node, fake GPUs as character devices (``mknod ... c 1 3``, aliases of
-/dev/null), munge started if it is not running, ``topology/tree`` written by :func:`tree_conf`.
+/dev/null), munge started if it is not running, ``topology/tree`` written by ``tree_conf`` (``topology/block``
+by ``block_conf`` for the Slurm 24.11 in a chroot of :mod:`rackscale.slurm.block`).
 
 Needs root (mknod, slurmd) and Slurm 22.05+ (``apt-get install slurm-wlm``). Used by the tests and by
 ``rackscale slurm compare``. Shutdown order matters: cancel jobs, stop the slurmds (they ignore SIGTERM while
@@ -24,7 +25,7 @@ from pathlib import Path
 from rackscale.model.topology import GPUCluster
 from rackscale.slurm.commands import INSTALL_HINT, Slurm, SlurmError
 from rackscale.slurm.hostlist import compress
-from rackscale.slurm.topology import tree_conf
+from rackscale.slurm.topology import topology_conf
 
 BINARIES = ("slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel", "sinfo", "munged")
 DAEMON_PATHS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
@@ -115,7 +116,18 @@ class EmulatedSlurm:
                         os.kill(pid, signal.SIGKILL)
 
 
-def write_config(cluster: GPUCluster, root: Path, *, cpus: int = 8, memory_mib: int = 4000) -> Path:
+def write_config(
+    cluster: GPUCluster,
+    root: Path,
+    *,
+    cpus: int = 8,
+    memory_mib: int = 4000,
+    topology: str = "tree",
+    seen_as: str | None = None,
+) -> Path:
+    """slurm.conf, gres.conf and topology.conf (``tree`` or ``block``: :func:`topology_conf`) in ``root``.
+    ``seen_as``: the folder's path as the daemons see it (inside a chroot), written into the files."""
+    at = seen_as or str(root)
     for d in ("state", "spool", "log", "fakedev"):
         (root / d).mkdir(parents=True, exist_ok=True)
     gpn = max(n.gpus for n in cluster.nodes)
@@ -132,12 +144,12 @@ def write_config(cluster: GPUCluster, root: Path, *, cpus: int = 8, memory_mib: 
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"StateSaveLocation={root}/state",
-        f"SlurmdSpoolDir={root}/spool/%n",
-        f"SlurmctldPidFile={root}/slurmctld.pid",
-        f"SlurmdPidFile={root}/slurmd-%n.pid",
-        f"SlurmctldLogFile={root}/log/slurmctld.log",
-        f"SlurmdLogFile={root}/log/slurmd-%n.log",
+        f"StateSaveLocation={at}/state",
+        f"SlurmdSpoolDir={at}/spool/%n",
+        f"SlurmctldPidFile={at}/slurmctld.pid",
+        f"SlurmdPidFile={at}/slurmd-%n.pid",
+        f"SlurmctldLogFile={at}/log/slurmctld.log",
+        f"SlurmdLogFile={at}/log/slurmd-%n.log",
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none",
@@ -150,7 +162,7 @@ def write_config(cluster: GPUCluster, root: Path, *, cpus: int = 8, memory_mib: 
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "GresTypes=gpu",
-        "TopologyPlugin=topology/tree",
+        f"TopologyPlugin=topology/{topology}",
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
         "InactiveLimit=0",
@@ -170,11 +182,14 @@ def write_config(cluster: GPUCluster, root: Path, *, cpus: int = 8, memory_mib: 
     lines.append(f"PartitionName=gpu Nodes={all_nodes} Default=YES MaxTime=INFINITE State=UP")
     conf = root / "slurm.conf"
     conf.write_text("\n".join(lines) + "\n")
-    gres = [
-        f"NodeName={n.name} Name=gpu File={root}/fakedev/nvidia[0-{n.gpus - 1}]" for n in cluster.nodes if n.gpus > 0
-    ]
+    gres = [f"NodeName={n.name} Name=gpu File={at}/fakedev/nvidia[0-{n.gpus - 1}]" for n in cluster.nodes if n.gpus > 0]
     (root / "gres.conf").write_text("\n".join(gres) + "\n")
-    (root / "topology.conf").write_text(tree_conf(cluster))
+    (root / "topology.conf").write_text(topology_conf(cluster, topology))
+    if topology == "block":
+        with conf.open("a") as f:  # up from 10 s: one host emulating 72 nodes answers slowly when it is busy
+            f.write("MessageTimeout=30\n")
+        # Slurm >= 23.x wants a cgroup plugin, and this host mounts cgroup v1 only: no job containment then.
+        (root / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
     return conf
 
 
@@ -210,24 +225,30 @@ def start(cluster: GPUCluster, root: Path | None = None, *, ready_timeout_s: flo
         for node in cluster.nodes:
             (root / "spool" / node.name).mkdir(parents=True, exist_ok=True)
             _daemon([_which("slurmd"), "-f", str(conf), "-N", node.name], env)
-        deadline = time.monotonic() + ready_timeout_s
-        want = str(len(cluster.nodes))
-        while True:
-            _, ctld = emu.pids()
-            if ctld is not None and not _alive(ctld):
-                raise SlurmError("slurmctld died: " + _tail(root / "log" / "slurmctld.log"))
-            proc = emu.slurm.run(["sinfo", "-h", "-t", "idle", "-o", "%D"], check=False)
-            if proc.stdout.strip() == want:
-                return emu
-            if time.monotonic() > deadline:
-                raise SlurmError(
-                    f"not all {want} nodes idle after {ready_timeout_s:g}s (sinfo: {proc.stdout.strip()!r}): "
-                    + _tail(root / "log" / "slurmctld.log")
-                )
-            time.sleep(0.2)
+        wait_idle(emu, ready_timeout_s)
+        return emu
     except BaseException:
         emu.stop()
         raise
+
+
+def wait_idle(emu: EmulatedSlurm, timeout_s: float) -> None:
+    """Until every node of ``emu`` is idle (bounded): SlurmError with the controller log's tail."""
+    deadline = time.monotonic() + timeout_s
+    want = str(len(emu.cluster.nodes))
+    while True:
+        _, ctld = emu.pids()
+        if ctld is not None and not _alive(ctld):
+            raise SlurmError("slurmctld died: " + _tail(emu.root / "log" / "slurmctld.log"))
+        proc = emu.slurm.run(["sinfo", "-h", "-t", "idle", "-o", "%D"], check=False)
+        if proc.stdout.strip() == want:
+            return
+        if time.monotonic() > deadline:
+            raise SlurmError(
+                f"not all {want} nodes idle after {timeout_s:g}s (sinfo: {proc.stdout.strip()!r}): "
+                + _tail(emu.root / "log" / "slurmctld.log")
+            )
+        time.sleep(0.2)
 
 
 def _tail(path: Path, n: int = 5) -> str:

@@ -1,6 +1,7 @@
 """A running Slurm as a rackscale cluster: nodes from ``scontrol show nodes``, racks from the leaf switches of
-``scontrol show topology`` (else the first node feature, as ``rackscale slurm topology --nodes`` writes
-them), regions from the switch above each leaf (else the second feature, else ``region-0``).
+``scontrol show topology`` (topology/tree) or its base blocks (``BlockName``, topology/block; aggregated
+blocks are no rack), else the first node feature (as ``rackscale slurm topology --nodes`` writes them);
+regions from the switch above each leaf (else the second feature, else ``region-0``).
 
 :func:`import_cluster` keeps Slurm's node names (what the ``slurm`` backend needs). :func:`cluster_yaml`
 writes a cluster spec that :func:`rackscale.loaders.load_cluster` reads: the uniform form when the layout is
@@ -42,7 +43,13 @@ def cluster_from_records(
 ) -> GPUCluster:
     leaf_of: dict[str, str] = {}
     parent_of: dict[str, str] = {}
+    blocks: set[str] = set()
     for sw in switches:
+        if "BlockName" in sw:  # topology/block: a base block is a rack; aggregated blocks are no region
+            for n in expand(sw.get("Nodes", "")):
+                leaf_of.setdefault(n, sw["BlockName"])
+            blocks.add(sw["BlockName"])
+            continue
         sname = sw.get("SwitchName", "")
         for child in expand(sw.get("Switches", "")):
             parent_of[child] = sname
@@ -59,6 +66,8 @@ def cluster_from_records(
         if node in leaf_of:
             rack = leaf_of[node]
             region = parent_of.get(rack, "region-0")
+            if rack in blocks and len(feats) > 1:  # blocks have no parent: the region is the second feature
+                region = feats[1]
         elif feats:
             rack = feats[0]
             region = feats[1] if len(feats) > 1 else "region-0"
