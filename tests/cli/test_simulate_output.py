@@ -37,7 +37,7 @@ def doc() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def wide() -> str:
-    code, out = run(*SMALL, columns=200)
+    code, out = run(*SMALL, columns=400)
     assert code == 0, out
     return out
 
@@ -90,7 +90,7 @@ def test_human_units_and_no_exponent(wide: str, doc: dict[str, Any]) -> None:
 def test_baselines_are_named(wide: str) -> None:
     assert "rackscale = this project" in wide
     assert "first-fit = the default Kubernetes scheduler: LeastAllocated spread" in wide
-    assert "only placement differs" in wide
+    assert "and differ in placement; rackscale adds least-attained-service order" in wide
 
 
 def test_the_verdict_ends_the_output(wide: str, doc: dict[str, Any]) -> None:

@@ -233,12 +233,20 @@ VALID_JOBS = [
          "submitTime": 12.5},
         lambda j: (j.checkpoint_interval_s, j.duration_estimate_s, j.submit_time) == (600, 3600, 12.5),
     ),
+    (
+        {"name": "t", "kind": "training", "gpus": 8, "checkpointOnPreempt": True},
+        lambda j: j.checkpoint_on_preempt is True,
+    ),
+    (
+        {"name": "t", "kind": "training", "gpus": 8},
+        lambda j: j.checkpoint_on_preempt is False,
+    ),
 ]  # fmt: skip
 VALID_JOB_IDS = [
     "workers", "k8s-priority-class", "inference-autoscale", "inference-replicas-from-min", "batch-fraction",
     "batch-fraction-explicit-zero", "batch-defaults", "memory-Gi", "memory-Mi", "memory-Ti", "memory-Ki",
     "memory-int", "cpu-float", "cpu-int", "cpuMilli", "gpuModels", "preemption", "topology-merge",
-    "topology-null", "comm", "times",
+    "topology-null", "comm", "times", "checkpoint-on-preempt", "checkpoint-on-preempt-default",
 ]  # fmt: skip
 
 
@@ -284,6 +292,7 @@ BAD_JOBS = [
     (flat(topology={"required": "node"}), "topology.required", "'rack' or 'region'", ""),
     (flat(comm={"computeSecondsPerStep": 0}), "comm.computeSecondsPerStep", "> 0", ""),
     (flat(preemptible="yes"), "preemptible", "true or false", ""),
+    (flat(checkpointOnPreempt="true"), "checkpointOnPreempt", "true or false", ""),
     (flat(submitTime=-1), "submitTime", ">= 0", ""),
     (flat(name=None), "name", "a string", "name: train-1"),
     (flat(gpu=8), "gpu", "unknown field", "did you mean 'gpus'?"),
@@ -298,7 +307,8 @@ BAD_JOB_IDS = [
     "milli-with-whole", "no-gpu", "milli-too-big", "milli-with-replica-gpus", "min-over-replicas",
     "max-under-replicas", "unknown-class", "priority-and-class", "cpu-and-cpuMilli", "memory-unit",
     "memory-negative", "memory-bool", "memory-huge", "gpuModels-empty", "gpuModels-string", "kind-case",
-    "topology-level", "compute-zero", "bool-string", "submit-negative", "name-null", "typo", "k8s-multiple",
+    "topology-level", "compute-zero", "bool-string", "checkpoint-on-preempt-string",
+    "submit-negative", "name-null", "typo", "k8s-multiple",
     "k8s-name-in-spec", "k8s-apiVersion", "k8s-metadata-missing", "not-a-mapping",
 ]  # fmt: skip
 

@@ -10,7 +10,8 @@ from rackscale.scheduler.cycle import Attempt, JobShape
 
 
 def test_the_actions_run_least_disruptive_first() -> None:
-    assert [a.name for a in ResourceScheduler().actions] == ["allocate", "backfill", "preempt"]
+    assert [a.name for a in ResourceScheduler().actions] == ["allocate", "backfill", "lend", "reclaim", "preempt"]
+    assert [a.name for a in ResourceScheduler(profile="first-fit").actions] == ["allocate", "backfill", "preempt"]
 
 
 def test_a_profile_without_victims_has_no_preempt_action() -> None:

@@ -125,3 +125,27 @@ def test_restore_puts_a_job_back_on_its_placement() -> None:
     again.state.check_invariants()
     with pytest.raises(ValueError):
         again.restore(training("clash", 16), ch.placement, started=0.0, now=5.0)  # the same GPUs twice
+
+
+def test_reserved_gpus_are_lent_and_reclaimed_in_the_service_too() -> None:
+    """The service's host runs the same lend/reclaim actions as the simulator: r001 is half free, reserved
+    for a 72-GPU gang; a long 32-GPU job borrows it, and is stopped (with its reason) when the gang can start."""
+    lc = live()
+    lc.submit(training("a", 72, duration_estimate_s=10_000.0))
+    lc.submit(training("b", 40, duration_estimate_s=5_000.0))
+    lc.cycle(0.0)
+    lc.submit(training("gang", 72, duration_estimate_s=100.0, submit_time=1.0))
+    lc.submit(training("long", 32, duration_estimate_s=1e6, submit_time=2.0, checkpoint_on_preempt=True))
+    lc.cycles.freed = True
+    changes = lc.cycle(2.0)
+    loan = next(c for c in changes if c.job == "long")
+    assert loan.type == SCHEDULED and "on loan" in loan.message
+    assert lc.state.opportunistic == {"long"}
+    assert lc.exited("b", 5_000.0, ok=True, exit_code=0, reason="") is not None
+    changes = lc.cycle(5_000.0)
+    kinds = dict(types(changes))
+    assert kinds == {"long": PREEMPTED, "gang": SCHEDULED}
+    stopped = next(c for c in changes if c.job == "long")
+    assert "on loan" in stopped.message and "r001" in stopped.message
+    assert "long" in lc.pending and not lc.state.opportunistic
+    lc.state.check_invariants()

@@ -29,6 +29,22 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "policies": ["rackscale", "first-fit"],
     },
     "synthetic": {"racks": 4, "jobs": 600, "policies": ["rackscale", "first-fit"]},
+    # Issue 13's goals: the embedded default over 10 seeds, and Philly with backlogs, against every baseline.
+    "goals-synthetic": {"racks": 4, "jobs": 600, "seeds": list(range(10)), "policies": "goals"},
+    "goals-philly-x4": {
+        "trace": "philly",
+        "racks": 32,
+        "arrival_scale": 4.0,
+        "window_days": [28.0, 49.0],
+        "policies": "goals",
+    },
+    "goals-philly-x8": {
+        "trace": "philly",
+        "racks": 32,
+        "arrival_scale": 8.0,
+        "window_days": [28.0, 49.0],
+        "policies": "goals",
+    },
     "million": {"racks": 1389, "jobs": 1_000_000, "duration_h": 24.0 * 30, "policies": ["rackscale"]},
 }
 DEFAULT_SCENARIOS = ("philly-speed", "philly-backlog", "synthetic")
@@ -37,14 +53,30 @@ KEEP = (
     "failed",
     "allocation_ratio",
     "idle_rate",
+    "idle_fitting_rate",
     "intra_rack_traffic_share",
     "single_rack_share",
+    "fewest_racks_share",
     "mean_jct_s",
     "mean_queueing_s",
+    "training_samples_per_s",
+    "slo_attainment",
+    "interactivity_slo_attainment",
+    "ttft_slo_attainment",
+    "makespan_s",
     "preemptions",
+    "lost_gpu_hours",
     "events",
     "cycles",
 )
+# The baselines the goals scenarios compare against: every one registered (the peers' profiles included).
+GOAL_BASELINES = ("first-fit", "best-fit", "slurm-tree", "slurm-block", "kueue-tas", "tiresias")
+
+
+def goal_policies() -> list[str]:
+    from rackscale.scheduler.framework import PROFILES
+
+    return ["rackscale", *(p for p in GOAL_BASELINES if p in PROFILES)]
 
 
 def default_philly() -> Path:
@@ -86,7 +118,8 @@ def run_one(config: Result, progress: ChildProgress) -> Result:
             )
         )
     load_s = time.perf_counter() - t0
-    sim = Simulator(cluster, jobs, SimConfig(policy=str(config["policy"]), record_series=False))
+    seed = int(config.get("seed", 0))
+    sim = Simulator(cluster, jobs, SimConfig(policy=str(config["policy"]), seed=seed, record_series=False))
     last = [0.0]
 
     def tick(done: int, total: int, _now: float) -> None:
@@ -126,10 +159,26 @@ def run_simulation_benchmark(
         scenario = SCENARIOS[name]
         if scenario.get("trace") == "philly" and not trace.exists():
             raise FileNotFoundError(f"the Philly trace is not at {trace}; pass --philly PATH")
-        for policy in scenario["policies"]:
-            label = f"{name} / {policy}"
-            config = {k: v for k, v in scenario.items() if k != "policies"}
-            config.update(policy=policy, philly=str(trace))
-            show = (lambda values, label=label: progress(label, *values)) if progress is not None else None
-            results.setdefault(name, {})[policy] = run_isolated(f"{__name__}:run_one", config, progress=show)
-    return {"machine": machine_info(), "scenarios": {n: SCENARIOS[n] for n in names}, "results": results}
+        policies = goal_policies() if scenario["policies"] == "goals" else scenario["policies"]
+        seeds = scenario.get("seeds")
+        for policy in policies:
+            for seed in seeds if seeds is not None else [None]:
+                label = f"{name} / {policy}" + (f" / seed {seed}" if seed is not None else "")
+                config = {k: v for k, v in scenario.items() if k not in ("policies", "seeds")}
+                config.update(policy=policy, philly=str(trace))
+                if seed is not None:
+                    config["seed"] = seed
+                show = (lambda values, label=label: progress(label, *values)) if progress is not None else None
+                got = run_isolated(f"{__name__}:run_one", config, progress=show)
+                if seed is None:
+                    results.setdefault(name, {})[policy] = got
+                else:
+                    got["seed"] = seed
+                    runs = results.setdefault(name, {}).setdefault(policy, {"runs": []})
+                    runs["runs"].append(got)
+    out: Result = {"machine": machine_info(), "scenarios": {n: SCENARIOS[n] for n in names}, "results": results}
+    if any(n.startswith("goals-") for n in names):
+        from rackscale.bench.goals import judge
+
+        out["goals"] = {n: judge(results[n]) for n in names if n.startswith("goals-")}
+    return out

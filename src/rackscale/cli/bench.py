@@ -175,7 +175,11 @@ def placement(
 def simulate(
     scenario: Annotated[
         list[str] | None,
-        typer.Option("--scenario", help="philly-speed, philly-backlog, synthetic, million (repeatable)."),
+        typer.Option(
+            "--scenario",
+            help="philly-speed, philly-backlog, synthetic, million, goals-synthetic (10 seeds), goals-philly-x4, "
+            "goals-philly-x8 (repeatable).",
+        ),
     ] = None,
     philly: Annotated[
         str | None, typer.Option("--philly", help="Path of philly.csv (default ../shared/traces/philly/philly.csv).")
@@ -189,6 +193,12 @@ def simulate(
 
       rackscale bench simulate --scenario philly-speed
       rackscale bench simulate --scenario synthetic --scenario million --json > sim-bench.json
+
+      rackscale bench simulate --scenario goals-synthetic --scenario goals-philly-x4
+
+    The goals-* scenarios run rackscale and every baseline (10 seeds of the default for goals-synthetic) and
+    judge issue 13's goals: idle <= 5 %, intra-rack >= 90 %, single-rack training >= 90 %, mean JCT below
+    every baseline on every seed, throughput, makespan and SLOs no worse.
 
     The Philly scenarios read ../shared/traces/philly/philly.csv unless --philly says where it is.
     """
@@ -232,14 +242,77 @@ def simulate(
         table.add_column(k, justify="right")
     for name, per_policy in result["results"].items():
         for policy, r in per_policy.items():
-            table.add_row(f"{name} / {policy}", *(_fmt_sim(r.get(k)) for k in keys))
-    Console().print(table)
+            if "runs" in r:  # one run per seed: the seed means
+                runs = r["runs"]
+                mean = {k: _seed_mean([x.get(k) for x in runs]) for k in keys}
+                table.add_row(f"{name} / {policy} (mean of {len(runs)} seeds)", *(_fmt_sim(mean[k]) for k in keys))
+            else:
+                table.add_row(f"{name} / {policy}", *(_fmt_sim(r.get(k)) for k in keys))
+    console = Console()
+    console.print(table)
+    for name, verdicts in result.get("goals", {}).items():
+        goals = Table(title=f"{name}: issue 13's goals for rackscale")
+        for col in ("goal", "target", "value", "verdict", "detail"):
+            goals.add_column(col)
+        for v in verdicts:
+            verdict = "n/a" if v["met"] is None else "met" if v["met"] else "missed"
+            value = v["value"]
+            shown = ", ".join(f"{k} {x}" for k, x in value.items()) if isinstance(value, dict) else _fmt_sim(value)
+            goals.add_row(v["goal"], v["target"], shown, verdict, str(v["detail"]))
+        console.print(goals)
+
+
+def _seed_mean(xs: list[Any]) -> Any:
+    vals = [x for x in xs if isinstance(x, int | float)]
+    return sum(vals) / len(vals) if vals else None
 
 
 def _fmt_sim(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
     return "-" if v is None else f"{v:,}" if isinstance(v, int) else str(v)
+
+
+@app.command()
+def predict(
+    philly: Annotated[
+        str | None, typer.Option("--philly", help="Path of philly.csv (default ../shared/traces/philly/philly.csv).")
+    ] = None,
+    quantile: Annotated[
+        float, typer.Option("--quantile", help="The quantile the point estimate is.", min=0.01, max=0.99)
+    ] = 0.5,
+    min_history: Annotated[int, typer.Option("--min-history", help="Jobs a group needs to answer.", min=1)] = 4,
+    recent: Annotated[int, typer.Option("--recent", help="Age history every ~N jobs per group; 0: never.", min=0)] = 32,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+) -> None:
+    """Prediction error of the runtime predictor replayed online on Philly (each job predicted from the
+    jobs that ended before it was submitted), vs the running median and the queue's last job.
+
+    Examples:
+
+      rackscale bench predict
+      rackscale bench predict --quantile 0.8 --json > predict.json
+    """
+    from pathlib import Path
+
+    from rackscale.bench.predict import PREDICTORS, rows, run_predict_benchmark
+
+    try:
+        result = run_predict_benchmark(
+            philly=Path(philly) if philly else None, quantile=quantile, min_history=min_history, recent=recent or None
+        )
+    except (FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    table = Table(title=f"rackscale bench predict: {result['jobs']:,} Philly jobs, |ln(pred/actual)| and more")
+    table.add_column("metric")
+    for name in PREDICTORS:
+        table.add_column(name, justify="right")
+    for key, values in rows(result):
+        table.add_row(key, *(_fmt_sim(v) for v in values))
+    Console().print(table)
 
 
 def _cycle_rows(c: dict[str, float] | None) -> list[tuple[str, str, str]]:

@@ -105,5 +105,6 @@ def _cell(v: Any) -> str:
 def fail(message: str, *, code: int = 2) -> NoReturn:
     """Print an error a user can act on, and exit. ``message`` is shown as text: no markup, no emoji codes,
     no terminal controls (see :func:`printable`)."""
-    err_console.print(Text.assemble(("error:", "bold red"), " ", printable(message, multiline=True)))
+    # soft_wrap: one error is one line, however long (a list of choices); the terminal wraps it for display.
+    err_console.print(Text.assemble(("error:", "bold red"), " ", printable(message, multiline=True)), soft_wrap=True)
     raise typer.Exit(code)

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from rackscale.cli.common import resolve_cluster
 from rackscale.cli.output import OutputFormat, console, emit, err_console, fail, printable
+from rackscale.host.runs import Estimates
 from rackscale.sim.summary import (
     GOALS,
     NA,
@@ -32,9 +33,11 @@ KPI_ROWS = (
     "failed",
     "allocation_ratio",
     "idle_rate",
+    "idle_fitting_rate",
     "intra_rack_traffic_share",
     "rdma_bytes",
     "single_rack_share",
+    "fewest_racks_share",
     "mean_jct_s",
     "p99_jct_s",
     "mean_queueing_s",
@@ -79,6 +82,12 @@ def simulate(
     policy: str = typer.Option("rackscale", "--policy", help="Profile under test."),
     baselines: list[str] = typer.Option(["first-fit"], "--baseline", help="Baseline profiles (repeatable)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic workload, failures and random placers."),
+    estimates: Estimates = typer.Option(
+        Estimates.GIVEN,
+        "--estimates",
+        help="Durations the scheduler plans with: given (the jobs' own; a prediction from history where none), "
+        "predicted (always history's: users who give none), none.",
+    ),
     gpu_mtbf_h: float | None = typer.Option(None, "--gpu-mtbf-h", help="Mean hours between failures of one GPU."),
     node_mtbf_h: float | None = typer.Option(None, "--node-mtbf-h", help="Mean hours between failures of a node."),
     uplink_mtbf_h: float | None = typer.Option(None, "--uplink-mtbf-h", help="Mean hours between uplink failures."),
@@ -138,7 +147,8 @@ def simulate(
                     last[0] = t
                     bar.update(task, completed=done)
 
-            result = Simulator(cluster, jobs, SimConfig(policy=p, seed=seed, faults=faults)).run(on_progress=tick)
+            config = SimConfig(policy=p, seed=seed, faults=faults, estimates=estimates.value)
+            result = Simulator(cluster, jobs, config).run(on_progress=tick)
             results.append(result)
             runs.append({"policy": p, "kpis": result.kpis.as_dict(), "failed_reasons": result.failed_reasons()})
     if report is not None:

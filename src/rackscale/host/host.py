@@ -16,13 +16,13 @@ it to know when a job ends, and both need it for the bytes each tier carried (th
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rackscale.host.changes import Change, ChangeKind
 from rackscale.host.kpis import KpiAccumulator
 from rackscale.host.perf import samples_per_step
 from rackscale.host.progress import BytesMoved, EndSink, Progress, ignore_ends
-from rackscale.host.runs import JobRun, RunStatus, RuntimeDefaults
+from rackscale.host.runs import Estimates, JobRun, RunStatus, RuntimeDefaults
 from rackscale.host.services import ServicesMixin
 from rackscale.llm.jobs import LlmJobError
 from rackscale.model.placement import Placement
@@ -31,7 +31,8 @@ from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import JobKind, JobSpec
 from rackscale.scheduler import Code, Decisions, PendingQueue, ResourceScheduler, Status, apply_decisions
 from rackscale.scheduler.cycles import CycleDriver
-from rackscale.scheduler.framework import Profile
+from rackscale.scheduler.framework import AttainedService, Profile
+from rackscale.scheduler.predictor import RuntimePredictor
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +47,7 @@ class HostOptions:
 
     explain: bool = True
     keep_ended: bool = False
+    estimates: Estimates = Estimates.GIVEN
     max_restarts: int | None = None
     defaults: RuntimeDefaults = field(default_factory=RuntimeDefaults)
 
@@ -61,6 +63,8 @@ class ClusterHost(ServicesMixin):
         on_end: EndSink = ignore_ends,
     ) -> None:
         self.options = options or HostOptions()
+        # Learns from the jobs that complete; fills the estimates the scheduler plans with (``Estimates``).
+        self.predictor = RuntimePredictor()
         self.cluster = cluster
         self.state = ClusterState(cluster)
         self.sched = ResourceScheduler(profile=policy, seed=seed)
@@ -70,9 +74,13 @@ class ClusterHost(ServicesMixin):
         self.kpi = KpiAccumulator()
         self.runs: dict[str, JobRun] = {}  # every job queued or running (and ended ones, with keep_ended)
         self.specs: dict[str, JobSpec] = {}  # every job queued or running
+        # Service of the earlier runs of every queued or running job that ran before (least attained service
+        # reads it): replaced when a run stops or starts, passed to each cycle as it is.
+        self.attained: dict[str, AttainedService] = {}
         self.progress = Progress(cluster, runs=self.runs, kpi=self.kpi, on_end=on_end, defaults=self.options.defaults)
         self.monitor = self.progress.monitor
         self.waiting_milli = 0  # GPU demand of the queued jobs (for the idle rate)
+        self._rack_gpus = max(r.gpus for r in cluster.racks)  # the largest NVLink domain (locality KPIs)
         self.serving_jobs: set[str] = set()  # running services (the per-instant accounting visits only these)
         self.why: dict[str, Status] = {}  # the latest reason each queued job waits (with ``explain``)
         self._held: list[Change] = []  # what happened outside a cycle (a job failed on arrival): the next one says it
@@ -95,6 +103,7 @@ class ClusterHost(ServicesMixin):
             self._fail(r, str(err), spec.submit_time)
             self._held.append(Change(spec.name, ChangeKind.FAILED, spec.submit_time, "Unrunnable", str(err)))
             return r
+        spec = self._planned(spec)  # after work_of: the work is the job's own (in the simulator, the truth)
         r = JobRun(spec, work)
         self.runs[spec.name] = r
         self.specs[spec.name] = spec
@@ -105,6 +114,7 @@ class ClusterHost(ServicesMixin):
         """Put a job the store says is running back on its placement (after a restart): it goes on from
         ``now`` at its modelled speed."""
         work = self.progress.work_of(spec)
+        spec = self._planned(spec)
         r = JobRun(spec, work, status=RunStatus.RUNNING, run_start=started, since=now, first_start=started)
         self.state.allocate(spec, placement, now=started, expected_end=_expected_end(spec, started))
         self.runs[spec.name] = r
@@ -124,6 +134,9 @@ class ClusterHost(ServicesMixin):
             self._fail(r, why, now)
             return Change(name, ChangeKind.FAILED, now, "BackendFailed", why, exit_code=exit_code)
         self._stop(r, now)
+        # Completed jobs only: a failed or cancelled run says nothing of how long the job needs.
+        ran = self.attained.get(name)
+        self.predictor.observe(r.spec, runtime_s=ran.run_s if ran is not None else now - r.run_start)
         r.status, r.end = RunStatus.COMPLETED, now
         self._ended(r)
         self.kpi.finished(r.spec.kind, jct=now - r.spec.submit_time)
@@ -148,7 +161,7 @@ class ClusterHost(ServicesMixin):
     def cycle(self, now: float) -> list[Change]:
         """Run this instant's scheduling cycle (if anything could newly fit) and apply its decisions."""
         held, self._held = self._held, []
-        d = self.cycles.run(self.sched, self.state, self.pending, now)
+        d = self.cycles.run(self.sched, self.state, self.pending, now, attained=self.attained)
         return held if d is None else held + self.apply(d, now)
 
     def apply(self, d: Decisions, now: float) -> list[Change]:
@@ -157,7 +170,7 @@ class ClusterHost(ServicesMixin):
         for pre in d.preemptions:
             r = self.runs[pre.victim]
             self.progress.advance(r, now)
-            self.progress.lose_since_checkpoint(r, now, gpus=self._gpus_of(r))
+            self.progress.lose_since_checkpoint(r, now, gpus=self._gpus_of(r), told=True)
             self._stop(r, now, release=False)  # apply_decisions releases it from the state
             self.kpi.preemptions += 1
             out.append(
@@ -181,6 +194,8 @@ class ClusterHost(ServicesMixin):
                 continue
             self._start_run(r, p.placement, now)
             how = "backfilled" if p.backfilled else "placed"
+            if p.placement.opportunistic:
+                how = "backfilled on loan (GPUs reserved for a waiting job; stopped when it can start)"
             where = _where(self.cluster, p.placement)
             out.append(Change(name, ChangeKind.SCHEDULED, now, "Scheduled", f"{how} on {where}", p.placement))
         for w in d.pending:
@@ -207,11 +222,16 @@ class ClusterHost(ServicesMixin):
         if last is None or now <= last:
             return
         dt = now - last
+        healthy = self.cluster.total_gpus - self.state.failed_gpus_count
+        allocated = self.state.used_milli / MILLI_PER_GPU
         self.kpi.interval(
             dt=dt,
-            healthy=self.cluster.total_gpus - self.state.failed_gpus_count,
-            allocated=self.state.used_milli / MILLI_PER_GPU,
+            healthy=healthy,
+            allocated=allocated,
             waiting_demand=self.waiting_milli / MILLI_PER_GPU,
+            # Could the smallest waiting job have started on the free GPUs (by count)? Else the idle GPUs
+            # wait for a gang to drain them.
+            smallest_fits=bool(self.pending) and self.pending.min_whole_demand() <= healthy - allocated,
         )
         self._serve(dt, (now + last) / 2)
 
@@ -230,20 +250,39 @@ class ClusterHost(ServicesMixin):
             self._requeue(r, now, why=why)
 
     # ------------------------------------------------------------------ internals
+    def _planned(self, spec: JobSpec) -> JobSpec:
+        """The spec with the duration estimate the scheduler plans with (see :class:`Estimates`)."""
+        how = self.options.estimates
+        if how is Estimates.GIVEN and spec.duration_estimate_s is not None:
+            return spec
+        if how is Estimates.NONE:
+            return spec if spec.duration_estimate_s is None else replace(spec, duration_estimate_s=None)
+        guess = self.predictor.estimate_s(spec)
+        return spec if guess == spec.duration_estimate_s else replace(spec, duration_estimate_s=guess)
+
     def _start_run(self, r: JobRun, placement: Placement, now: float) -> None:
         spec = r.spec
         r.status, r.run_start, r.since = RunStatus.RUNNING, now, now
         if r.first_start is None:
             r.first_start = now
             self.kpi.started(spec.kind, wait=now - spec.submit_time)
+        elif (svc := self.attained.get(spec.name)) is not None:
+            self.attained[spec.name] = svc.restarted(now)
         self._run_on(r, placement, now)
 
     def _run_on(self, r: JobRun, placement: Placement, now: float) -> None:
         self.progress.place(r, placement)
         assert r.layout is not None
         if r.spec.kind is JobKind.TRAINING and r.layout.gpus > 1:
-            self.kpi.multi_gpu_starts += 1
-            self.kpi.single_rack_starts += r.layout.racks == 1
+            # A gang that fits one rack counts for the single-rack share; a larger one cannot be in one
+            # rack, so it counts for the share placed in the fewest racks it could take.
+            fewest = -(-r.layout.gpus // self._rack_gpus)
+            if fewest == 1:
+                self.kpi.multi_gpu_starts += 1
+                self.kpi.single_rack_starts += r.layout.racks == 1
+            else:
+                self.kpi.multi_rack_starts += 1
+                self.kpi.fewest_racks_starts += r.layout.racks == fewest
         self.progress.attach(r, placement)
         if r.spec.kind is JobKind.INFERENCE:
             self.serving_jobs.add(r.spec.name)
@@ -254,6 +293,8 @@ class ClusterHost(ServicesMixin):
 
     def _stop(self, r: JobRun, now: float, *, release: bool = True) -> None:
         name = r.spec.name
+        svc = self.attained.get(name, AttainedService())
+        self.attained[name] = svc.after_run(started=r.run_start, now=now, gpus=self._gpus_of(r))
         if release and name in self.state.running:
             self.state.release(name)
             self.cycles.freed = True
@@ -292,6 +333,7 @@ class ClusterHost(ServicesMixin):
         name = r.spec.name
         self.ended += 1
         self.specs.pop(name, None)
+        self.attained.pop(name, None)
         self.why.pop(name, None)
         self._unexplained.discard(name)
         if not self.options.keep_ended:
@@ -347,4 +389,4 @@ def _where(cluster: GPUCluster, placement: Placement) -> str:
     return f"{len(placement.allocs)} node(s) in rack(s) {shown}"
 
 
-__all__ = ["ClusterHost", "HostOptions"]
+__all__ = ["ClusterHost", "Estimates", "HostOptions"]

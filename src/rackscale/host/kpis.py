@@ -3,8 +3,15 @@
 - allocation ratio: allocated GPU-seconds / available (healthy) GPU-seconds.
 - idle rate: GPU-seconds left unallocated *while jobs that could use them wait* (at most the waiting
   jobs' demand), over the available GPU-seconds of those same periods. Idle capacity with no waiting
-  work is not the scheduler's fault: reported apart as ``idle_no_work_share``.
+  work is not the scheduler's fault: reported apart as ``idle_no_work_share``. The part of the idle rate
+  while the smallest waiting job needed no more GPUs than were free is ``idle_fitting_rate`` (room a
+  waiting job could have used now); the rest is GPUs freed while only gangs larger than the free room
+  waited (a gang's drain).
 - intra-rack traffic share: bytes carried on NVLink / all bytes moved by jobs.
+- single-rack share: starts of multi-GPU training gangs that fit one rack (the largest) placed in one rack,
+  over those starts; a larger gang cannot be in one rack and counts instead for the fewest-racks share
+  (placed in ``ceil(GPUs / rack GPUs)`` racks). (Before issue 13 the single-rack share counted the larger
+  gangs too, as misses they could not avoid.)
 - JCT and queueing delay (first start - submit): mean / p50 / p99, overall and per job kind.
 - throughput: training samples/s and inference tokens/s over the makespan; cost = every GPU of the
   cluster at its hourly price for the makespan (idle GPUs cost too); cost per million tokens and per
@@ -20,7 +27,8 @@
 A KPI with nothing to measure is ``None`` (JSON ``null``, shown "n/a"), never a perfect or a zero score:
 no time elapsed (nothing ran: no makespan, no ratios over time, no idle rate, no throughput), no job
 waiting at a sample (fragmentation), no byte moved (intra-rack share), no multi-GPU training started
-(single-rack share), no job completed or started (JCT, queueing), no inference served (SLO attainment,
+(single-rack share; none larger than a rack: fewest-racks share), no job completed or started (JCT,
+queueing), no inference served (SLO attainment,
 worst p99, overloaded share), no LLM service with that SLO or none served (the LLM KPIs), no output (cost
 per unit of it), or a free cluster (cost efficiency). A run in which no job ever waited has an idle rate of
 0: no GPU stayed idle while work waited.
@@ -61,10 +69,12 @@ class Kpis(Mapping[str, Kpi]):
     allocation_ratio: float | None
     idle_rate: float | None
     idle_no_work_share: float | None
+    idle_fitting_rate: float | None
     intra_rack_traffic_share: float | None
     rdma_bytes: float
     backbone_bytes: float
     single_rack_share: float | None
+    fewest_racks_share: float | None
     mean_jct_s: float | None
     p50_jct_s: float | None
     p99_jct_s: float | None
@@ -117,6 +127,7 @@ class KpiAccumulator:
     allocated_gpu_s: float = 0.0
     available_gpu_s: float = 0.0
     idle_waiting_gpu_s: float = 0.0
+    idle_fitting_gpu_s: float = 0.0  # ... of it while the smallest waiting job needed no more than was free
     available_while_waiting_gpu_s: float = 0.0
     idle_no_work_gpu_s: float = 0.0
     bytes_nvlink: float = 0.0
@@ -149,10 +160,15 @@ class KpiAccumulator:
     cycles: int = 0
     multi_gpu_starts: int = 0
     single_rack_starts: int = 0
+    multi_rack_starts: int = 0  # starts of training gangs larger than one rack
+    fewest_racks_starts: int = 0  # ... of them in the fewest racks they could take
 
-    def interval(self, *, dt: float, healthy: float, allocated: float, waiting_demand: float) -> None:
+    def interval(
+        self, *, dt: float, healthy: float, allocated: float, waiting_demand: float, smallest_fits: bool = True
+    ) -> None:
         """Account ``dt`` seconds with ``allocated`` of ``healthy`` GPUs busy and ``waiting_demand`` GPUs
-        asked for by jobs that wait."""
+        asked for by jobs that wait; ``smallest_fits``: the smallest waiting job needs no more GPUs than
+        are free (else the idle GPUs are waiting for gangs larger than the free room to drain it)."""
         if dt <= 0:
             return
         free = max(healthy - allocated, 0.0)
@@ -160,6 +176,8 @@ class KpiAccumulator:
         self.available_gpu_s += healthy * dt
         if waiting_demand > 0:
             self.idle_waiting_gpu_s += min(free, waiting_demand) * dt
+            if smallest_fits:
+                self.idle_fitting_gpu_s += min(free, waiting_demand) * dt
             self.available_while_waiting_gpu_s += healthy * dt
             self.idle_no_work_gpu_s += max(free - waiting_demand, 0.0) * dt
         else:
@@ -191,10 +209,14 @@ class KpiAccumulator:
             if self.available_while_waiting_gpu_s > 0
             else (0.0 if self.available_gpu_s > 0 else None),
             idle_no_work_share=_ratio(self.idle_no_work_gpu_s, self.available_gpu_s),
+            idle_fitting_rate=_ratio(self.idle_fitting_gpu_s, self.available_while_waiting_gpu_s)
+            if self.available_while_waiting_gpu_s > 0
+            else (0.0 if self.available_gpu_s > 0 else None),
             intra_rack_traffic_share=_ratio(self.bytes_nvlink, total_bytes),
             rdma_bytes=self.bytes_rdma,
             backbone_bytes=self.bytes_backbone,
             single_rack_share=_ratio(self.single_rack_starts, self.multi_gpu_starts),
+            fewest_racks_share=_ratio(self.fewest_racks_starts, self.multi_rack_starts),
             mean_jct_s=statistics.fmean(all_jct) if all_jct else None,
             p50_jct_s=percentile(all_jct, 0.50),
             p99_jct_s=percentile(all_jct, 0.99),

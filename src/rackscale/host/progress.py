@@ -187,11 +187,16 @@ class Progress:
                 self.kpi.bytes_backbone += r.traffic.backbone * steps
         r.since = now
 
-    def lose_since_checkpoint(self, r: JobRun, now: float, *, gpus: float) -> None:
+    def lose_since_checkpoint(self, r: JobRun, now: float, *, gpus: float, told: bool = False) -> None:
         """Progress since the last checkpoint is lost (all of this run's, without checkpoints); the GPU-time
-        it cost is counted as lost."""
+        it cost is counted as lost. ``told``: the job was told to stop (a preemption, not a failed part), so
+        one that checkpoints on the stop signal (``checkpoint_on_preempt``) keeps its progress and loses
+        only the time its save takes (``RuntimeDefaults.save_s``), counted as lost GPU-time."""
         interval = r.spec.checkpoint_interval_s
         since_ckpt = now - r.run_start if not interval else (now - r.run_start) % interval
+        if told and r.spec.checkpoint_on_preempt:
+            self.kpi.lost_gpu_s += min(since_ckpt, self.defaults.save_s) * gpus
+            return
         lost = min(since_ckpt * r.rate, r.done) if r.spec.kind is JobKind.TRAINING else min(since_ckpt, r.done)
         r.done -= lost
         self.kpi.lost_gpu_s += since_ckpt * gpus

@@ -14,6 +14,21 @@ from rackscale.model.workload import JobSpec
 from rackscale.network.traffic import Traffic
 
 
+class Estimates(StrEnum):
+    """Which duration estimate the scheduler plans a job with (backfill, reservations, splits).
+
+    - ``given``: the job's own; one that gives none gets a prediction from the history of completed jobs
+      (``scheduler/predictor.py``), or none while there is too little history;
+    - ``predicted``: always the prediction, as on a cluster whose users give none (in the simulator a job's
+      true length stays its own estimate: only what the scheduler is told changes);
+    - ``none``: no estimate at all (the scheduler plans without durations).
+    """
+
+    GIVEN = "given"
+    PREDICTED = "predicted"
+    NONE = "none"
+
+
 class RunStatus(StrEnum):
     """Where a job is. ``stopped`` is the instant between losing its GPUs (preempted, a failure) and either
     waiting again (``pending``) or giving up (``failed``)."""
@@ -38,11 +53,16 @@ class RuntimeDefaults:
     """How long a job runs that does not say (``duration_estimate_s`` unset), at its best placement.
 
     ``service_s`` is for inference: ``None`` serves until cancelled (the service); a simulated workload must
-    end, so the simulator gives services the same hour as everything else.
+    end, so the simulator gives services the same hour as everything else. (``save_s`` is not a runtime:
+    see its comment.)
     """
 
     runtime_s: float = 3600.0
     service_s: float | None = None
+    # What a preemption costs a job that saves on the stop signal (``checkpoint_on_preempt``): the GPU time
+    # of writing its checkpoint. An assumption (a minute: sharded saves to a parallel file system take
+    # seconds to minutes); the job keeps its progress.
+    save_s: float = 60.0
 
 
 @dataclass(slots=True)

@@ -263,6 +263,8 @@ class JobBodyDoc(_Doc):
     comm: CommDoc | None = None
     llm: LlmDoc | None = None
     checkpoint_interval_seconds: float | None = Field(None, gt=0)
+    # The job saves its state when it is told to stop (SIGTERM): a preemption loses (nearly) no work.
+    checkpoint_on_preempt: bool = False
     duration_estimate_seconds: float | None = Field(None, gt=0)
     submit_time: float = Field(0.0, ge=0)
     # What the `local` backend runs: an argv list (never a shell line), and extra environment variables.

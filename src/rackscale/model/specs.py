@@ -503,6 +503,7 @@ def _job(name: str, b: d.JobBodyDoc, prefix: Loc, classes: Mapping[str, int] | N
         topology=topo,
         comm=CommProfile(comm.bytes_per_step, comm.compute_seconds_per_step, comm.collective),
         checkpoint_interval_s=b.checkpoint_interval_seconds,
+        checkpoint_on_preempt=b.checkpoint_on_preempt,
         duration_estimate_s=b.duration_estimate_seconds,
         submit_time=b.submit_time,
         command=tuple(b.command or ()),

@@ -161,6 +161,8 @@ class JobSpec:
     topology: TopologyConstraint = field(default_factory=TopologyConstraint)
     comm: CommProfile = field(default_factory=CommProfile)
     checkpoint_interval_s: float | None = None
+    # Saves its state on the stop signal (``checkpointOnPreempt``): a preemption costs only the save.
+    checkpoint_on_preempt: bool = False
     duration_estimate_s: float | None = None
     submit_time: float = 0.0
     serving: ServingProfile | None = None  # inference only: load curve and SLO (defaults if None)

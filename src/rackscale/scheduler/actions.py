@@ -1,4 +1,5 @@
-"""The cycle's actions, least disruptive first, in KAI-Scheduler's order: allocate, backfill, preempt.
+"""The cycle's actions, least disruptive first, in KAI-Scheduler's order: allocate, backfill, preempt
+(with lend and reclaim between backfill and preempt where the profile lends reserved GPUs: ``loans.py``).
 
 Each pending job that passes admission (``admission.py``) goes through the actions in order until one
 places it; if none does, ``waiting.settle_unplaced`` records why it waits. Each action does one thing:
@@ -105,7 +106,7 @@ class Preempt:
                 victim=v.spec.name,
                 preemptor=job.name,
                 # No job names: the host shows this to the victim's owner, who may be another tenant.
-                reason=f"priority {job.priority} > {v.spec.priority}, to free GPUs in rack(s) "
+                reason=f"{self.victims.explain(job, v, cycle.ctx)}, to free GPUs in rack(s) "
                 f"{rack_names(state, choice.racks)}",
             )
             for v in choice.victims

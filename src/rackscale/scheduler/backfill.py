@@ -26,6 +26,14 @@ def plan_reservation(job: JobSpec, state: StateView, ctx: CycleContext) -> Reser
         return None
     need = job.total_gpus
     free = {r.index: state.rack_whole[r.index] for r in racks}
+    # GPUs on loan (``loans.py``) are the reservation's to reclaim at once: count them as free now, and
+    # never again when their borrower's end comes.
+    loaned = state.opportunistic
+    for name in loaned:
+        for a in state.running[name].placement.allocs:
+            k = cluster.nodes[a.node].rack
+            if k in free:
+                free[k] += a.whole_gpus
     # Lazily, soonest first: the answer usually comes after the first few ends.
     ending = state.ends_in_order()
     upcoming = next(ending, None)
@@ -43,17 +51,31 @@ def plan_reservation(job: JobSpec, state: StateView, ctx: CycleContext) -> Reser
                     return frozenset(got)
         return None
 
+    if loaned:
+        # With the loans back it may fit now: then the reservation starts now (the reclaim action's cue).
+        if need <= cap:
+            fits = [r for r in free if free[r] >= need]
+            if fits:
+                best = min(fits, key=lambda r: (free[r], r))
+                return Reservation(
+                    job=job.name, racks=frozenset({best}), start=ctx.now, priority=job.priority, job_spec=job
+                )
+        else:
+            got = feasible_multi()
+            if got is not None:
+                return Reservation(job=job.name, racks=got, start=ctx.now, priority=job.priority, job_spec=job)
     # Release jobs in end order; after each instant, look only at the racks that instant touched
     # (free counts only grow, so an untouched rack cannot have become the answer).
     touched: set[int] = set()
     while upcoming is not None:
         end, name = upcoming
         upcoming = next(ending, None)
-        for a in state.running[name].placement.allocs:
-            r = nodes[a.node].rack
-            if r in free:
-                free[r] += a.whole_gpus
-                touched.add(r)
+        if name not in loaned:
+            for a in state.running[name].placement.allocs:
+                r = nodes[a.node].rack
+                if r in free:
+                    free[r] += a.whole_gpus
+                    touched.add(r)
         if upcoming is not None and upcoming[0] == end:
             continue  # jobs ending at the same instant count together
         if need <= cap:

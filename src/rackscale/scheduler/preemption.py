@@ -71,13 +71,11 @@ class CheapestVictims:
         exclude_racks: frozenset[int],
         protected: frozenset[str] = frozenset(),
     ) -> list[VictimChoice]:
-        if not state.has_preemptible_below(job.priority):
+        can_victimise = self.eligible(job, state, ctx, protected=protected)
+        if can_victimise is None:
             return []  # nobody could be a victim: skip the search
         models = set(allowed_models(job, ctx))
         now = ctx.now
-
-        def can_victimise(rj: RunningJob) -> bool:
-            return rj.spec.priority < job.priority and rj.spec.preemptible and rj.spec.name not in protected
 
         def cost(rj: RunningJob) -> tuple[int, float, int, str]:
             return (rj.spec.priority, lost_work(rj, now), -rj.placement.gpu_milli, rj.spec.name)
@@ -132,6 +130,24 @@ class CheapestVictims:
             scored.append((key, VictimChoice(victims, frozenset({rack.index}))))
         scored.sort(key=lambda e: e[0])
         return [c for _, c in scored[:MAX_CHOICES]]
+
+    def eligible(
+        self, job: JobSpec, state: StateView, ctx: CycleContext, *, protected: frozenset[str]
+    ) -> Callable[[RunningJob], bool] | None:
+        """Which running jobs ``job`` may preempt, or None when no running job could be one (the search is
+        skipped). Here: preemptible jobs of lower priority, not placed this cycle. A subclass widens it."""
+        if not state.has_preemptible_below(job.priority):
+            return None
+
+        def can_victimise(rj: RunningJob) -> bool:
+            return rj.spec.priority < job.priority and rj.spec.preemptible and rj.spec.name not in protected
+
+        return can_victimise
+
+    def explain(self, job: JobSpec, victim: RunningJob, ctx: CycleContext) -> str:
+        """Why ``victim`` is preempted for ``job``, for the victim's owner: no job names (the preemptor may
+        be another tenant's)."""
+        return f"priority {job.priority} > {victim.spec.priority}"
 
     def _clear_racks(
         self,

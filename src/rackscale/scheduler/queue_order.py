@@ -9,7 +9,7 @@ next, recomputed after every placement of the cycle; inside a queue, submit time
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from rackscale.model.topology import MILLI_PER_GPU
@@ -50,6 +50,31 @@ def _job_key(j: JobSpec) -> tuple[float, str]:
     return (j.submit_time, j.name)
 
 
+def fair_share_merge(streams: Mapping[str, Iterable[JobSpec]], share: Callable[[str], float]) -> Iterator[JobSpec]:
+    """Merge per-queue streams of jobs, each already in its own order: the queue with the lowest ``share``
+    goes next (ties: the earlier head), and a queue's share is re-read after each of its jobs was handled
+    (progressive: a job placed meanwhile moved it). Used by every order that is fair between queues."""
+    if len(streams) == 1:  # no other queue to compete with: its own order is the order
+        yield from next(iter(streams.values()))
+        return
+    iters: dict[str, Iterator[JobSpec]] = {}
+    # (share, head's key, queue, head): queues are unique in the heap, so a JobSpec is never compared.
+    heap: list[tuple[float, tuple[float, str], str, JobSpec]] = []
+    for q, js in streams.items():
+        it = iter(js)
+        head = next(it, None)
+        if head is not None:
+            iters[q] = it
+            heap.append((share(q), _job_key(head), q, head))
+    heapq.heapify(heap)
+    while heap:
+        _, _, q, head = heapq.heappop(heap)
+        yield head
+        nxt = next(iters[q], None)
+        if nxt is not None:
+            heapq.heappush(heap, (share(q), _job_key(nxt), q, nxt))
+
+
 class PriorityFairShare:
     name = "priority-fairshare"
 
@@ -57,23 +82,14 @@ class PriorityFairShare:
         self._cap: tuple[object, Capacity] | None = None
 
     def order(self, pending: PendingQueue, state: StateView, ctx: CycleContext) -> Iterator[JobSpec]:
-        cap = self._capacity(state)
+        share = self.shares(state, ctx)
         for prio in pending.priorities():
-            by_queue = pending.queues_at(prio)  # each already in submit order: no sort per cycle
-            if len(by_queue) == 1:  # no other queue to compete with: its submit order is the order
-                yield from next(iter(by_queue.values()))
-                continue
-            heads = dict.fromkeys(by_queue, 0)
-            heap = [(self._share(state, ctx, q, cap), _job_key(js[0]), q) for q, js in by_queue.items()]
-            heapq.heapify(heap)
-            while heap:
-                _, _, q = heapq.heappop(heap)
-                js = by_queue[q]
-                yield js[heads[q]]
-                heads[q] += 1
-                if heads[q] < len(js):
-                    # The share moved if the job was placed: re-read it before the queue competes again.
-                    heapq.heappush(heap, (self._share(state, ctx, q, cap), _job_key(js[heads[q]]), q))
+            yield from fair_share_merge(pending.queues_at(prio), share)  # each in submit order: no sort
+
+    def shares(self, state: StateView, ctx: CycleContext) -> Callable[[str], float]:
+        """Each queue's weighted dominant share, read when asked (placements of the cycle move it)."""
+        cap = self._capacity(state)
+        return lambda q: self._share(state, ctx, q, cap)
 
     def _capacity(self, state: StateView) -> Capacity:
         if self._cap is None or self._cap[0] is not state.cluster:

@@ -21,6 +21,8 @@ from rackscale.model.state import ClusterState, Transaction
 from rackscale.model.view import StateView
 from rackscale.model.workload import BUILTIN_PRIORITY_CLASSES, JobSpec
 from rackscale.scheduler import filters as _filters  # noqa: F401  (registers plugins)
+from rackscale.scheduler import las as _las  # noqa: F401
+from rackscale.scheduler import peer_baselines as _peer_baselines  # noqa: F401  (kueue-tas, slurm-block)
 from rackscale.scheduler import preemption as _preemption  # noqa: F401
 from rackscale.scheduler import queue_order as _queue_order  # noqa: F401
 from rackscale.scheduler.actions import Action, Allocate, Backfill, Preempt
@@ -30,10 +32,12 @@ from rackscale.scheduler.cycle import Cycle
 from rackscale.scheduler.decisions import Decisions, Reservation
 from rackscale.scheduler.framework import (
     FILTERS,
+    NO_SERVICE,
     PLACERS,
     PROFILES,
     QUEUE_SORTS,
     VICTIM_CHOOSERS,
+    AttainedService,
     CycleContext,
     Filter,
     Placer,
@@ -42,6 +46,7 @@ from rackscale.scheduler.framework import (
     unknown,
 )
 from rackscale.scheduler.gang import GangPlacement
+from rackscale.scheduler.loans import Lend, Reclaim
 from rackscale.scheduler.pending import PendingQueue
 from rackscale.scheduler.placement.baselines import BestFitNoTopology, FirstFitSpread, RandomPlacer, SlurmTree
 from rackscale.scheduler.placement.fgd import FGD
@@ -101,6 +106,8 @@ class ResourceScheduler:
         self.admission = Admission(filters=self.filters, gang=self.gang)
         # KAI-Scheduler's order, least disruptive first; a consolidate action would go last.
         actions: list[Action] = [Allocate(self.gang), Backfill(self.gang)]
+        if profile.opportunistic_backfill:
+            actions += [Lend(self.gang), Reclaim(self.gang)]
         if self.victims is not None:
             actions.append(Preempt(self.gang, self.victims))
         self.actions: tuple[Action, ...] = tuple(actions)
@@ -112,6 +119,7 @@ class ResourceScheduler:
         now: float,
         *,
         reservation: Reservation | None = None,
+        attained: Mapping[str, AttainedService] = NO_SERVICE,
     ) -> Decisions:
         """Decide what to start, preempt and keep waiting. ``state`` is left as it was found.
 
@@ -119,11 +127,12 @@ class ResourceScheduler:
         long-running caller (the simulator, the service), which spares a sort of the backlog per cycle.
         ``reservation`` is one still in force from an earlier cycle whose holder is not in ``pending``
         (a caller that schedules only newly arrived jobs): jobs of no higher priority that would delay it
-        are kept off its racks, as they would be in a full cycle.
+        are kept off its racks, as they would be in a full cycle. ``attained``: each job's service in its
+        earlier runs (the host's map, read by least-attained-service plugins; empty: nobody ran before).
         """
         queue = pending if isinstance(pending, PendingQueue) else PendingQueue(pending)
         self.gang.new_cycle()
-        ctx = CycleContext(now=now, queues=self.queues, models=state.cluster.gpu_models)
+        ctx = CycleContext(now=now, queues=self.queues, models=state.cluster.gpu_models, attained=attained)
         cycle = Cycle(
             tx=Transaction(state),
             queue=queue,

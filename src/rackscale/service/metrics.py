@@ -140,6 +140,13 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
     gpus.add_metric(["free"], max(healthy - allocated, 0.0))
     gpus.add_metric(["failed"], st.failed_gpus_count)
     yield gpus
+    loaned = sum(st.running[n].placement.gpu_milli for n in st.opportunistic) / MILLI_PER_GPU
+    yield GaugeMetricFamily(
+        "rackscale_jobs_on_loan",
+        "Jobs running on loan in GPUs reserved for a waiting gang (stopped when it can start).",
+        value=len(st.opportunistic),
+    )
+    yield GaugeMetricFamily("rackscale_gpus_on_loan", "GPUs those jobs hold.", value=loaned)
     yield GaugeMetricFamily(
         "rackscale_gpu_utilization_ratio",
         "Allocated / healthy GPUs now.",

@@ -20,6 +20,8 @@ class SimConfig:
     autoscale_every_s: float = 300.0
     horizon_s: float | None = None  # stop here even if jobs remain (they end as failed: "horizon")
     record_series: bool = True
+    # What the scheduler is told of durations (``host.Estimates``): the jobs' own, or history's predictions.
+    estimates: str = "given"
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rackscale.host.host import ClusterHost, HostOptions
+from rackscale.host.host import ClusterHost, Estimates, HostOptions
 from rackscale.host.runs import JobRun, RunStatus, RuntimeDefaults
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import JobKind, JobSpec
@@ -40,6 +40,7 @@ class Simulator(FailuresMixin, ClusterHost):
                 explain=False,
                 keep_ended=True,
                 max_restarts=self.cfg.faults.max_restarts,
+                estimates=Estimates(self.cfg.estimates),
                 defaults=RuntimeDefaults(runtime_s=DEFAULT_RUNTIME_S, service_s=DEFAULT_RUNTIME_S),
             ),
             on_end=self._announce_end,

@@ -26,16 +26,19 @@ def _words(text: str) -> frozenset[str]:
 
 
 RATIOS = _words(
-    "allocation_ratio idle_rate idle_no_work_share intra_rack_traffic_share single_rack_share slo_attainment "
-    "fragmentation inference_overloaded_share interactivity_slo_attainment ttft_slo_attainment"
+    "allocation_ratio idle_rate idle_fitting_rate idle_no_work_share intra_rack_traffic_share single_rack_share "
+    "fewest_racks_share "
+    "slo_attainment fragmentation inference_overloaded_share interactivity_slo_attainment ttft_slo_attainment"
 )
 HIGHER = _words(
-    "allocation_ratio intra_rack_traffic_share slo_attainment single_rack_share completed training_samples_per_s "
+    "allocation_ratio intra_rack_traffic_share slo_attainment single_rack_share fewest_racks_share completed "
+    "training_samples_per_s "
     "inference_tokens_per_s cost_efficiency_samples cost_efficiency_tokens cost_efficiency_gain "
     "interactivity_slo_attainment ttft_slo_attainment mean_user_tokens_per_s"
 )
 LOWER = _words(  # and every cost_per_*
-    "idle_rate mean_jct_s p50_jct_s p99_jct_s mean_queueing_s p50_queueing_s p99_queueing_s failed fragmentation "
+    "idle_rate idle_fitting_rate mean_jct_s p50_jct_s p99_jct_s mean_queueing_s p50_queueing_s p99_queueing_s "
+    "failed fragmentation "
     "lost_gpu_hours inference_overloaded_share makespan_s worst_p99_latency_s mean_ttft_s"
 )
 COUNTS = _words("completed failed preemptions restarts events cycles jobs")
@@ -43,8 +46,10 @@ LABELS = {
     "allocation_ratio": "GPU allocation",
     "idle_rate": "idle rate (while jobs wait)",
     "idle_no_work_share": "idle with no work waiting",
+    "idle_fitting_rate": "... of it while a waiting job fitted",
     "intra_rack_traffic_share": "intra-rack (NVLink) traffic",
-    "single_rack_share": "multi-GPU training in one rack",
+    "single_rack_share": "multi-GPU training in one rack (of the gangs that fit one)",
+    "fewest_racks_share": "training larger than a rack in the fewest racks",
     "rdma_bytes": "RDMA traffic (between racks)",
     "backbone_bytes": "backbone traffic (between regions)",
     "training_samples_per_s": "training throughput",
@@ -70,6 +75,7 @@ GOALS = {
     "idle_rate": "<= 0.05",
     "intra_rack_traffic_share": ">= 0.90",
     "single_rack_share": "higher",
+    "fewest_racks_share": "higher",
     "mean_jct_s": "lower",
     "slo_attainment": "higher",
     "interactivity_slo_attainment": "higher",
@@ -81,10 +87,21 @@ POLICY_NOTES = {
     "first-fit": "the default Kubernetes scheduler: LeastAllocated spread over nodes, ties broken at random",
     "best-fit": "bin packing without topology (Kubernetes MostAllocated): the fullest node that holds each unit",
     "random": "a random node that holds each unit (seeded)",
+    "tiresias": "Tiresias' 2D-LAS (NSDI'19): queues by attained GPU-time, preempts equal priorities that had "
+    "more; packed into the fewest racks, no reservations",
+    "rackscale-fairshare": "rackscale with its order before issue 13: priority, fair share, submit time",
     "slurm-tree": "Slurm's topology/tree best fit: the fullest rack (leaf switch) that holds the job, "
     "else the racks with the most free nodes",
+    "kueue-tas": "Kueue's topology-aware scheduling: the lowest level (rack, else region) that holds the gang, "
+    "best fit; batch tasks fill the fullest nodes (LeastFreeCapacity)",
+    "slurm-block": "Slurm's topology/block: each segment in the best-fit rack (block), a gang of whole racks "
+    "one segment per rack, others in the smallest aggregated block of racks",
 }
-SAME_REST = "all profiles share the queue order, backfill and preemption: only placement differs"
+SAME_REST = (
+    "the placement baselines share one queue order (priority, fair share, submit time), EASY backfill and "
+    "preemption of lower priorities, and differ in placement; rackscale adds least-attained-service order, "
+    "preemption between equal priorities and loans of reserved GPUs; tiresias is 2D-LAS without reservations"
+)
 CURRENCY_CODES = {"元": "CNY", "RMB": "CNY", "$": "USD", "€": "EUR", "£": "GBP"}
 
 

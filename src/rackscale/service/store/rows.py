@@ -54,10 +54,13 @@ class EventRow:
 
 
 def encode_placement(p: Placement) -> str:
-    return json.dumps(
-        {"units": p.units, "allocs": [[a.node, list(a.gpus), a.milli, a.cpu_milli, a.memory_mib] for a in p.allocs]},
-        separators=(",", ":"),
-    )
+    doc: dict[str, object] = {
+        "units": p.units,
+        "allocs": [[a.node, list(a.gpus), a.milli, a.cpu_milli, a.memory_mib] for a in p.allocs],
+    }
+    if p.opportunistic:  # only then: rows written before the field existed read the same
+        doc["opportunistic"] = True
+    return json.dumps(doc, separators=(",", ":"))
 
 
 def decode_placement(job: str, text: str) -> Placement:
@@ -65,7 +68,7 @@ def decode_placement(job: str, text: str) -> Placement:
     allocs = tuple(
         NodeAlloc(int(n), tuple(int(g) for g in gs), int(m), int(c), int(mem)) for n, gs, m, c, mem in d["allocs"]
     )
-    return Placement(job, allocs, int(d["units"]))
+    return Placement(job, allocs, int(d["units"]), opportunistic=d.get("opportunistic") is True)
 
 
 JOB_TEXT = ("name", "queue", "kind", "status", "reason", "message", "doc", "placement")

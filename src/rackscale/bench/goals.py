@@ -1,0 +1,130 @@
+"""Issue 13's goals, judged on the runs of a ``goals-*`` scenario of ``rackscale bench simulate``.
+
+A scenario's results are ``{policy: result}`` (one run) or ``{policy: {"runs": [result, ...]}}`` (one run per
+seed). ``rackscale`` is judged against every other policy (the baselines):
+
+- idle rate <= 5 %, intra-rack traffic share >= 90 %, single-rack share of multi-GPU training >= 90 %, on
+  every run;
+- mean JCT lower than every baseline's on every seed (the same seed: the same jobs);
+- training throughput and makespan no worse than the best baseline's, inference SLO attainment (each of
+  the three kinds a run reports) no worse than any baseline's: seed means, no tolerance;
+- GPU-hours lost to preemption: reported beside the baselines' (what the loans and preemptions trade).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+Result = dict[str, Any]
+
+THRESHOLDS: tuple[tuple[str, str, float, str], ...] = (
+    ("idle_rate", "<=", 0.05, "idle rate while jobs wait"),
+    ("intra_rack_traffic_share", ">=", 0.90, "intra-rack (NVLink) traffic share"),
+    ("single_rack_share", ">=", 0.90, "multi-GPU training in one rack"),
+)
+SLOS = ("slo_attainment", "interactivity_slo_attainment", "ttft_slo_attainment")
+
+
+def runs_of(entry: Mapping[str, Any]) -> list[Result]:
+    return list(entry["runs"]) if "runs" in entry else [dict(entry)]
+
+
+def _mean(xs: list[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def judge(per_policy: Mapping[str, Mapping[str, Any]], *, ours: str = "rackscale") -> list[Result]:
+    """One verdict per goal: ``{"goal", "target", "value", "met", "detail"}`` (``met`` None: nothing to judge)."""
+    if ours not in per_policy:
+        return []
+    mine = runs_of(per_policy[ours])
+    others = {p: runs_of(e) for p, e in per_policy.items() if p != ours}
+    out: list[Result] = []
+    for key, op, limit, label in THRESHOLDS:
+        vals = [r.get(key) for r in mine]
+        known = [v for v in vals if v is not None]
+        worst = (max(known) if op == "<=" else min(known)) if known else None
+        met = None if worst is None else (worst <= limit if op == "<=" else worst >= limit)
+        out.append(
+            {
+                "goal": label,
+                "target": f"{op} {limit:.0%} on every run",
+                "value": worst,
+                "met": met,
+                "detail": f"worst of {len(known)} run(s); mean {_mean(vals)}",
+            }
+        )
+    # Mean JCT, seed by seed against each baseline.
+    by_seed = {r.get("seed"): r for r in mine}
+    wins: dict[str, tuple[int, int]] = {}
+    for p, rs in others.items():
+        won = total = 0
+        for r in rs:
+            m = by_seed.get(r.get("seed"))
+            if m is None or m.get("mean_jct_s") is None or r.get("mean_jct_s") is None:
+                continue
+            total += 1
+            won += m["mean_jct_s"] < r["mean_jct_s"]
+        wins[p] = (won, total)
+    all_won = all(w == t and t > 0 for w, t in wins.values()) if wins else None
+    out.append(
+        {
+            "goal": "mean JCT lower than every baseline on every seed",
+            "target": "every seed, every baseline",
+            "value": {p: f"{w}/{t}" for p, (w, t) in wins.items()},
+            "met": all_won,
+            "detail": "seeds won / seeds, per baseline",
+        }
+    )
+    for key, better, label in (
+        ("training_samples_per_s", "higher", "training throughput no worse than the best baseline"),
+        ("makespan_s", "lower", "makespan no worse than the best baseline"),
+    ):
+        ours_mean = _mean([r.get(key) for r in mine])
+        theirs = {p: _mean([r.get(key) for r in rs]) for p, rs in others.items()}
+        known = [v for v in theirs.values() if v is not None]
+        best = (max(known) if better == "higher" else min(known)) if known else None
+        met = (
+            None
+            if ours_mean is None or best is None
+            else (ours_mean >= best if better == "higher" else ours_mean <= best)
+        )
+        out.append(
+            {
+                "goal": label,
+                "target": f"seed mean {better} or equal",
+                "value": ours_mean,
+                "met": met,
+                "detail": f"best baseline {best}",
+            }
+        )
+    for key in SLOS:
+        ours_mean = _mean([r.get(key) for r in mine])
+        theirs = {p: _mean([r.get(key) for r in rs]) for p, rs in others.items()}
+        known = [v for v in theirs.values() if v is not None]
+        best = max(known) if known else None
+        met = None if ours_mean is None or best is None else ours_mean >= best
+        out.append(
+            {
+                "goal": f"{key.replace('_', ' ')} no worse than any baseline",
+                "target": "seed mean >=",
+                "value": ours_mean,
+                "met": met,
+                "detail": f"best baseline {best}",
+            }
+        )
+    lost = _mean([r.get("lost_gpu_hours") for r in mine])
+    theirs_lost = {p: _mean([r.get("lost_gpu_hours") for r in rs]) for p, rs in others.items()}
+    out.append(
+        {
+            "goal": "GPU-hours lost to preemption (reported)",
+            "target": "reported",
+            "value": lost,
+            "met": None,
+            "detail": ", ".join(f"{p} {v:.0f}" for p, v in theirs_lost.items() if v is not None),
+        }
+    )
+    return out
