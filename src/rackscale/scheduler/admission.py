@@ -14,6 +14,7 @@ from rackscale.scheduler.cycle import Attempt, Cycle
 from rackscale.scheduler.decisions import Reservation
 from rackscale.scheduler.framework import CycleContext, Filter
 from rackscale.scheduler.gang import GangPlacement
+from rackscale.scheduler.pending import static_shape
 from rackscale.scheduler.status import Status
 from rackscale.scheduler.waiting import CLUSTER_FULL, SAME_SHAPE_FAILED
 
@@ -66,20 +67,9 @@ class Admission:
         """The static filters' answer, remembered per job shape (they read only the job and the cluster)."""
         if state.cluster is not self._static_for:
             self._static_for, self._static_memo = state.cluster, {}
-        # The unit's fields, not the ``Resources`` itself: its dataclass ``__eq__`` runs in Python on every
-        # hit (see ``pending.static_shape``); the fields compare in C.
-        u = job.unit
-        key = (
-            job.kind,
-            u.gpus,
-            u.gpu_milli,
-            u.cpu_milli,
-            u.memory_mib,
-            u.gpu_models,
-            job.units,
-            job.min_units,
-            job.topology.required,
-        )
+        # The static shape spells out the unit's fields (see ``pending.static_shape``): a ``Resources`` key
+        # would run its dataclass ``__eq__`` in Python on every hit.
+        key = (static_shape(job), job.units, job.min_units)
         if key in self._static_memo:
             return self._static_memo[key]
         st = self._static_memo[key] = _run(self._static, job, state, ctx)
