@@ -194,8 +194,11 @@ def write_config(
 
 
 def _start_munge() -> int | None:
-    """Start munged if none runs; its pid (None: one was running already)."""
-    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True, check=False).returncode == 0:
+    """Start munged if none serves this host's socket; its pid (None: one was running already). A munged
+    process alone is not enough: one in a chroot (the Slurm 24.11 root of ``slurm.block``) serves its own
+    /run, and 22.05's daemons would then fail to authenticate ("Zero Bytes were transmitted")."""
+    serving = Path("/run/munge/munge.socket.2").is_socket()
+    if serving and subprocess.run(["pgrep", "-x", "munged"], capture_output=True, check=False).returncode == 0:
         return None
     run_dir = Path("/run/munge")
     run_dir.mkdir(parents=True, exist_ok=True)
