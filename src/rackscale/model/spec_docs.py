@@ -189,6 +189,12 @@ class JobTopologyDoc(_Doc):
     preferred: LevelName | None = None
 
 
+class SpreadDoc(_Doc):
+    """``spread:`` on an inference job: how far its replicas spread for availability (docs/placement.md)."""
+
+    racks: int = Field(2, ge=1, le=MAX_UNITS, examples=[2])  # at most a rack per replica (checked in specs)
+
+
 class CommDoc(_Doc):
     bytes_per_step: float = Field(0.0, ge=0)
     compute_seconds_per_step: float = Field(1.0, gt=0)
@@ -260,6 +266,7 @@ class JobBodyDoc(_Doc):
     preemptible: bool = True
     queue: Name = "default"
     topology: JobTopologyDoc | None = None
+    spread: SpreadDoc | None = Field(None, examples=["{racks: 2}"])  # inference only
     comm: CommDoc | None = None
     llm: LlmDoc | None = None
     checkpoint_interval_seconds: float | None = Field(None, gt=0)

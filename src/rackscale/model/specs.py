@@ -466,9 +466,25 @@ def _llm(b: d.JobBodyDoc, group: int, fractional: bool, out: _Problems) -> LlmWo
     )  # fmt: skip
 
 
+def _spread(b: d.JobBodyDoc, units: int, out: _Problems) -> int:
+    """``spread.racks``: inference only, and no wider than the replicas the service may ever run (a rack
+    each). Racks the cluster lacks are no error here (the cluster is not known): the spread is a wish."""
+    if b.spread is None:
+        return 2
+    if b.kind != "inference":
+        out.add(("spread",), f"not used by {b.kind} jobs", "spread applies to inference replicas; remove it")
+        return 2
+    most = max(units, b.max_replicas or 0)
+    if b.spread.racks > most:
+        out.add(("spread", "racks"), f"{b.spread.racks} racks, but the service runs at most {most} replica(s)",
+                f"use at most {most} (a rack per replica), or raise maxReplicas")  # fmt: skip
+    return b.spread.racks
+
+
 def _job(name: str, b: d.JobBodyDoc, prefix: Loc, classes: Mapping[str, int] | None) -> JobSpec:
     out = _Problems(prefix, [])
     gpus, milli, units = _unit(b, out)
+    spread_racks = _spread(b, units, out)
     priority = _priority(b, classes, out)
     llm = _llm(b, gpus * units if b.kind == "training" else gpus, bool(milli), out)
     if b.cpu is not None and b.cpu_milli is not None:
@@ -509,4 +525,5 @@ def _job(name: str, b: d.JobBodyDoc, prefix: Loc, classes: Mapping[str, int] | N
         command=tuple(b.command or ()),
         env=tuple(sorted((b.env or {}).items())),
         llm=llm,
+        spread_racks=spread_racks,
     )

@@ -169,6 +169,9 @@ class JobSpec:
     command: tuple[str, ...] = ()  # what the `local` backend runs (argv, no shell)
     env: tuple[tuple[str, str], ...] = ()  # extra environment variables for the command
     llm: LlmWork | None = None  # training/inference: the model it runs; None = the CommProfile's generic step
+    # Inference: the racks the replicas spread over, when they can (``spread.racks``; 2 survives one rack's
+    # loss, 1 spreads over nodes only); further replicas pack into those racks (docs/placement.md).
+    spread_racks: int = 2
 
     @property
     def total_gpus(self) -> int:
@@ -229,9 +232,13 @@ def inference(
     cpu_milli: int = 0,
     memory_mib: int = 0,
     gpu_models: frozenset[str] | None = None,
+    spread_racks: int = 2,
     **kw: object,
 ) -> JobSpec:
-    """An inference service: ``replicas`` units, each in one rack, spread over nodes and racks."""
+    """An inference service: ``replicas`` units, each in one rack, spread over nodes and over ``spread_racks``
+    racks (then packed into those)."""
+    if spread_racks < 1:
+        raise ValueError(f"spread_racks ({spread_racks}) must be at least 1 (1: spread over nodes only)")
     unit = Resources(
         gpus=0 if gpu_milli else gpus_per_replica,
         gpu_milli=gpu_milli,
@@ -247,6 +254,7 @@ def inference(
         min_units=min_replicas,
         max_units=max_replicas,
         topology=TopologyConstraint(required=Level.RACK, preferred=Level.RACK),
+        spread_racks=spread_racks,
         **kw,  # type: ignore[arg-type]
     )
 

@@ -1,7 +1,8 @@
 """How a job becomes placement groups: what the placer is asked, one group at a time.
 
 A training gang is one group. Inference replicas and shared-GPU units are one group each (replicas spread
-away from each other); a replica larger than a node becomes a compact group of single GPUs in one rack.
+away from each other: over nodes, and over the job's ``spread_racks`` racks); a replica larger than a node
+becomes a compact group of single GPUs in one rack.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def placement_groups(
                 one_rack=True,
                 compact=True,
                 spread=spread,
+                spread_racks=job.spread_racks,
                 exclude_racks=exclude,
                 only_racks=only,
             )
@@ -57,6 +59,7 @@ def placement_groups(
                 one_rack=required is Level.RACK,
                 one_region=required is Level.REGION,
                 spread=spread,
+                spread_racks=job.spread_racks,
                 exclude_racks=exclude,
                 only_racks=only,
             )

@@ -37,6 +37,8 @@ class GroupRequest:
     prefer_one_region: bool = True
     compact: bool = False  # a tensor-parallel group: fewest nodes
     spread: bool = False  # inference replicas: keep away from the job's other nodes and racks (soft)
+    # How many racks a spreading job's replicas span before further ones pack into those (JobSpec.spread_racks).
+    spread_racks: int = 2
     avoid_nodes: frozenset[int] = frozenset()
     avoid_racks: frozenset[int] = frozenset()
     exclude_racks: frozenset[int] = frozenset()  # hard: held by a reservation
@@ -45,6 +47,11 @@ class GroupRequest:
     @property
     def total_gpus(self) -> int:
         return self.units * self.unit.gpus
+
+    @property
+    def widens(self) -> bool:
+        """Does this replica go to a rack the job does not use yet? Only until it spans ``spread_racks``."""
+        return self.spread and len(self.avoid_racks) < self.spread_racks
 
     def rack_allowed(self, rack: int) -> bool:
         if rack in self.exclude_racks:
@@ -178,6 +185,17 @@ def racks_ascending(state: StateView, models: tuple[str, ...], at_least: int) ->
     return _merged_ascending(_merged(state, models), at_least)
 
 
+def own_racks_ascending(state: StateView, req: GroupRequest, at_least: int) -> list[int]:
+    """The racks the request's job uses (``avoid_racks``) that are allowed and have ``at_least`` whole free
+    GPUs of an allowed model, fewest free first. A job's racks are few: sorted here, no rack scan."""
+    racks, whole = state.cluster.racks, state.rack_whole
+    own = [
+        r for r in req.avoid_racks if whole[r] >= at_least and racks[r].gpu_model in req.models and req.rack_allowed(r)
+    ]
+    own.sort(key=lambda r: (whole[r], r))
+    return own
+
+
 def racks_descending(state: StateView, models: tuple[str, ...], at_least: int) -> Iterator[int]:
     if len(models) == 1:
         ix = state.rack_index_all.get(models[0])
@@ -207,3 +225,34 @@ def nodes_ascending_in_rack(state: StateView, rack: int, at_least: int) -> Itera
 def nodes_ascending(state: StateView, models: tuple[str, ...], at_least: int) -> Iterator[int]:
     for m in models:
         yield from state.node_index[m].ascending(at_least)
+
+
+def nodes_sparing_racks(state: StateView, models: tuple[str, ...], at_least: int) -> Iterator[int]:
+    """:func:`nodes_ascending` (fullest node first) for units that need no rack: the nodes of racks no job
+    uses come last, so those racks stay whole for the gangs that need one; the fully free nodes of racks in
+    use come fullest rack first (best fit on the rack level, from the rack index: no node scan). On a
+    cluster of one-node racks a rack is a node and the order is :func:`nodes_ascending`'s."""
+    cluster = state.cluster
+    if cluster.max_rack_gpus <= state.max_node_gpus:
+        yield from nodes_ascending(state, models, at_least)
+        return
+    nodes, rack_jobs, top = cluster.nodes, state.rack_jobs, state.max_node_gpus
+    later: list[int] = []  # partly free nodes of racks no job uses (failed GPUs, smaller nodes): rare
+    for m in models:
+        buckets = state.node_index[m].buckets
+        for c in range(max(at_least, 0), top):
+            for n in buckets[c]:
+                if rack_jobs[nodes[n].rack]:
+                    yield n
+                else:
+                    later.append(n)
+        if at_least <= top:
+            for r in state.racks_ascending(m, top):
+                if rack_jobs[r] and len(rb := state.rack_node_index[r].buckets) > top:
+                    yield from rb[top]
+    yield from later
+    if at_least <= top:
+        for m in models:
+            for n in state.node_index[m].buckets[top]:
+                if not rack_jobs[nodes[n].rack]:
+                    yield n

@@ -4,10 +4,14 @@
   the rack level preserves whole free racks for large gangs), then to best-fit nodes inside that rack.
 - A group larger than a rack takes the fewest racks of one region: whole free racks side by side
   (the tightest window of rack indexes), and the remainder in the best-fit rack.
-- Tasks without communication (batch) fill the fullest nodes first, wherever they are.
-- Shared-GPU (fractional) units, and one-node batch units of a GPU-sharing workload, go where the
-  expected GPU fragmentation grows least (:mod:`rackscale.scheduler.placement.fragmentation`, after FGD);
-  fractional replicas that spread go to the partly used GPU they fit most tightly.
+- Inference replicas spread over nodes and over the job's ``spread_racks`` racks (availability), then
+  pack into the fullest of those racks: no replica takes an empty rack the spread does not ask for.
+- Tasks without communication (batch) fill the fullest nodes first, in racks already in use before racks
+  no job uses (those stay whole for gangs).
+- Shared-GPU (fractional) units go to the partly used GPU they fit most tightly, else open a GPU as batch
+  tasks do. On clusters of one-node racks they, and one-node batch units of a GPU-sharing workload, go
+  where the expected GPU fragmentation grows least (:mod:`rackscale.scheduler.placement.fragmentation`).
+  The rule, with the measurements behind it: docs/placement.md.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from rackscale.scheduler.placement.request import (
     GroupRequest,
     fill_best_fit,
     fill_in_order,
-    nodes_ascending,
     nodes_ascending_in_rack,
+    nodes_sparing_racks,
+    own_racks_ascending,
     racks_ascending,
     take_units,
     units_fit,
@@ -56,19 +61,23 @@ class TopologyPack:
 
     # ------------------------------------------------------------------ one rack
     def _single_rack(self, state: StateView, req: GroupRequest) -> Allocs | None:
-        """The best-fit rack. For replicas (``spread``), in order of preference: a new rack and new nodes,
-        a rack already used but new nodes (node anti-affinity first, as the seed's hostname rule), then
-        anything that fits."""
+        """The best-fit rack; replicas (``spread``) widen to new racks, then pack (see ``_widen``/``_pack``)."""
         total = max(req.total_gpus, 1)
-        if not req.spread:
-            exclude, only = req.exclude_racks, req.only_racks  # ``rack_allowed``, inline: a check per rack
-            for rack in racks_ascending(state, req.models, total):  # lazily: the first best-fit rack usually holds it
-                if rack in exclude or (only is not None and rack not in only):
-                    continue
-                got = self._fill_rack(state, rack, req, req.units, avoid=_NONE)
-                if got is not None:
-                    return got
-            return None
+        if req.spread:
+            return self._widen(state, req, total) if req.widens else self._pack(state, req, total)
+        exclude, only = req.exclude_racks, req.only_racks  # ``rack_allowed``, inline: a check per rack
+        for rack in racks_ascending(state, req.models, total):  # lazily: the first best-fit rack usually holds it
+            if rack in exclude or (only is not None and rack not in only):
+                continue
+            got = self._fill_rack(state, rack, req, req.units, avoid=_NONE)
+            if got is not None:
+                return got
+        return None
+
+    def _widen(self, state: StateView, req: GroupRequest, total: int) -> Allocs | None:
+        """A replica while the job spans fewer racks than its spread asks: in order of preference, a new
+        rack (the fullest that holds it) and new nodes, a rack already used but new nodes (node
+        anti-affinity first, as the seed's hostname rule), then anything that fits."""
         candidates = (r for r in racks_ascending(state, req.models, total) if req.rack_allowed(r))
         used: list[int] = []
         for rack in candidates:
@@ -82,9 +91,27 @@ class TopologyPack:
             got = self._fill_rack(state, rack, req, req.units, avoid=req.avoid_nodes)
             if got is not None:
                 return got
+        return self._anywhere(state, req, total)
+
+    def _pack(self, state: StateView, req: GroupRequest, total: int) -> Allocs | None:
+        """A replica once the job spans the racks its spread asks for: the fullest of the job's racks that
+        holds it on a node the job does not use (best fit), then other racks, fullest first (partly used
+        racks before racks no job uses), new nodes still; then anything that fits."""
+        for rack in own_racks_ascending(state, req, total):
+            got = self._fill_rack(state, rack, req, req.units, avoid=req.avoid_nodes)
+            if got is not None:
+                return got
+        for rack in racks_ascending(state, req.models, total):
+            if rack not in req.avoid_racks and req.rack_allowed(rack):
+                got = self._fill_rack(state, rack, req, req.units, avoid=req.avoid_nodes)
+                if got is not None:
+                    return got
+        return self._anywhere(state, req, total)
+
+    def _anywhere(self, state: StateView, req: GroupRequest, total: int) -> Allocs | None:
         for rack in racks_ascending(state, req.models, total):
             if req.rack_allowed(rack):
-                got = self._fill_rack(state, rack, req, req.units, avoid=frozenset())
+                got = self._fill_rack(state, rack, req, req.units, avoid=_NONE)
                 if got is not None:
                     return got
         return None
@@ -212,17 +239,28 @@ class TopologyPack:
 
     # ------------------------------------------------------------------ no topology preference
     def _fill_fragments(self, state: StateView, req: GroupRequest) -> Allocs | None:
-        """Fullest nodes first, anywhere allowed: fragments get used, whole nodes stay whole."""
-        nodes = nodes_ascending(state, req.models, req.unit.gpus)
+        """Fullest nodes first, anywhere allowed, racks no job uses last: fragments get used, whole nodes
+        and whole racks stay whole."""
+        nodes = nodes_sparing_racks(state, req.models, req.unit.gpus)
         return fill_in_order(state, _allowed(state, req, nodes), req.units, req.unit, avoid=frozenset())
 
     def _fractional(self, state: StateView, req: GroupRequest) -> Allocs | None:
-        """One shared-GPU unit (the scheduler splits fractional jobs into one group per unit)."""
+        """One shared-GPU unit (the scheduler splits fractional jobs into one group per unit). A replica
+        goes to a rack its job does not use yet while its spread asks for one (if any holds it)."""
+        if req.widens:
+            got = self._fractional_in(state, req, skip=req.avoid_racks)
+            if got is not None:
+                return got
+        return self._fractional_in(state, req, skip=_NONE)
+
+    def _fractional_in(self, state: StateView, req: GroupRequest, *, skip: frozenset[int]) -> Allocs | None:
         unit = req.unit
+        nodes = state.cluster.nodes
         best: tuple[int, int, int, int] | None = None  # (leftover on GPU, node whole free, node, gpu)
         for m in req.models:
             for n in state.shared_nodes[m]:
-                if not req.rack_allowed(state.cluster.nodes[n].rack) or n in req.avoid_nodes:
+                rack = nodes[n].rack
+                if rack in skip or not req.rack_allowed(rack) or n in req.avoid_nodes:
                     continue
                 if (unit.cpu_milli > state.cpu_free[n]) or (unit.memory_mib > state.mem_free[n]):
                     continue
@@ -235,10 +273,11 @@ class TopologyPack:
         if best is not None:
             _, _, n, g = best
             return [_slice(n, g, unit.gpu_milli, unit.cpu_milli, unit.memory_mib)]
-        # Open a whole GPU on the node with the fewest whole free GPUs that fits.
+        # Open a whole GPU on the node with the fewest whole free GPUs that fits, racks no job uses last.
         for avoid in (req.avoid_nodes, frozenset()):
-            for n in nodes_ascending(state, req.models, 1):
-                if n in avoid or not req.rack_allowed(state.cluster.nodes[n].rack):
+            for n in nodes_sparing_racks(state, req.models, 1):
+                rack = nodes[n].rack
+                if n in avoid or rack in skip or not req.rack_allowed(rack):
                     continue
                 if units_fit(state, n, unit):
                     return take_units(state, n, unit, 1)
