@@ -88,18 +88,23 @@ def decisions(changes: list[Change]) -> list[tuple[float, str, ChangeKind, Any]]
     return [
         (round(c.time, 6), c.job, c.type, c.placement)
         for c in changes
-        if c.type in (ChangeKind.SCHEDULED, ChangeKind.PREEMPTED, ChangeKind.COMPLETED, ChangeKind.FAILED)
+        if c.type
+        in (ChangeKind.SCHEDULED, ChangeKind.PREEMPTED, ChangeKind.RESIZED, ChangeKind.COMPLETED, ChangeKind.FAILED)
     ]
 
 
-def run_service(tmp_path: Path) -> tuple[list[Change], dict[str, tuple[str, float | None]], LiveCluster, float]:
+def run_service(
+    tmp_path: Path, workload: list[tuple[float, dict[str, Any]]] = WORKLOAD
+) -> tuple[list[Change], dict[str, tuple[str, float | None]], LiveCluster, float]:
+    """The workload through the service: runner, SQLite store and simulated backend, the clock moved by hand
+    from each arrival or backend end to the next."""
     store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
     backend = SimBackend(cluster())
     clock = HandClock()
     live = LiveCluster(cluster())
     runner = Runner(live, store, backend, clock)  # type: ignore[arg-type]
     runner.recover()
-    arrivals = sorted(WORKLOAD, key=lambda x: x[0])
+    arrivals = sorted(workload, key=lambda x: x[0])
     committed: list[Change] = []
     i = 0
     while True:

@@ -88,3 +88,17 @@ def test_bench_simulate_runs_one_scenario_in_process() -> None:
     out = run_one({"racks": 1, "jobs": 50, "policy": "rackscale"}, lambda done, total: seen.append((done, total)))
     assert out["jobs"] == 50 and out["completed"] + out["failed"] == 50
     assert out["events_per_s"] > 0 and out["peak_rss_mb"] > 0 and seen[-1] == (50, 50)
+
+
+def test_bench_ablations_switch_one_mechanism_off_by_name() -> None:
+    from rackscale.bench.simulate import ABLATIONS, SCENARIOS, profile_of, run_one
+
+    off = profile_of("rackscale-no-elastic")
+    assert not isinstance(off, str) and not off.elastic and off.consolidate and off.name == "rackscale-no-elastic"
+    assert profile_of("first-fit") == "first-fit"
+    assert set(SCENARIOS["elastic-ab"]["policies"]) <= {"rackscale", *ABLATIONS}
+    cfg = {"racks": 1, "jobs": 40, "elastic_share": 1.0, "seed": 3}
+    on = run_one({**cfg, "policy": "rackscale"}, lambda *_: None)
+    fixed = run_one({**cfg, "policy": "rackscale-no-elastic"}, lambda *_: None)
+    assert on["completed"] + on["failed"] == fixed["completed"] + fixed["failed"] == 40
+    assert on["resizes"] > 0 and fixed["resizes"] == 0

@@ -201,6 +201,8 @@ class ClusterBuilder:
                     free = [g for g in range(len(state.gpu_free[n])) if state.usable_free(n, g) >= milli * k]
                     allocs.extend(NodeAlloc(n, (free[0],), milli, unit.cpu_milli, unit.memory_mib) for _ in range(k))
             units = job.spec.units
+            if job.spec.is_elastic:  # an elastic gang runs on as many workers as its GPUs make
+                units = sum(a.whole_gpus for a in allocs) // max(unit.gpus, 1)
             state.allocate(
                 job.spec,
                 Placement(job.spec.name, tuple(allocs), units),

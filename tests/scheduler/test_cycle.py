@@ -10,7 +10,15 @@ from rackscale.scheduler.cycle import Attempt, JobShape
 
 
 def test_the_actions_run_least_disruptive_first() -> None:
-    assert [a.name for a in ResourceScheduler().actions] == ["allocate", "backfill", "lend", "reclaim", "preempt"]
+    assert [a.name for a in ResourceScheduler().actions] == [
+        "allocate",
+        "backfill",
+        "lend",
+        "reclaim",
+        "shrink",
+        "preempt",
+        "consolidate",
+    ]
     assert [a.name for a in ResourceScheduler(profile="first-fit").actions] == ["allocate", "backfill", "preempt"]
 
 

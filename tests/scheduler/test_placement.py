@@ -23,19 +23,21 @@ from builders import (
 )
 
 from rackscale.model import JobSpec, Level, PreemptionPolicy, Resources, TopologyConstraint, batch, inference, training
-from rackscale.scheduler import Code, Profile, QueueConfig, Reason
+from rackscale.scheduler import PROFILES, Code, Profile, QueueConfig, Reason
 
 RACK = TopologyConstraint(required=Level.RACK)
 REGION = TopologyConstraint(required=Level.REGION)
 REGION_ONLY = TopologyConstraint(required=Level.REGION, preferred=None)
 H100 = frozenset({"H100"})
+# The default profile without consolidation (which moves running jobs to make room): what placement alone does.
+NO_MOVES = replace(PROFILES["rackscale"], name="rackscale-no-moves", consolidate=False)
 
 
 @dataclass
 class Case:
     cluster: ClusterBuilder
     jobs: list[JobSpec]
-    profile: str = "rackscale"
+    profile: Profile | str = "rackscale"
     queues: dict[str, QueueConfig] = field(default_factory=dict)
     want_racks: dict[str, list[int]] = field(default_factory=dict)  # job -> the racks it holds
     want_nodes: dict[str, list[NodeRef]] = field(default_factory=dict)  # job -> (rack, node) it holds
@@ -49,7 +51,7 @@ class Case:
 def check(case: Case) -> None:
     state = case.cluster.build()
     d = run_cycle(state, case.jobs, profile=case.profile, queues=case.queues)
-    names = {p.spec.name for p in d.placed} | {p.spec.name for p in d.pending}
+    names = {p.spec.name for p in d.placed if not p.moved} | {p.spec.name for p in d.pending}
     assert names == {j.name for j in case.jobs}, "every job is either placed or pending"
     for name, racks in case.want_racks.items():
         assert racks_of(state, placed(d, name).placement) == racks, name
@@ -195,7 +197,14 @@ LARGER_THAN_A_RACK = {
     "never-crosses-regions-when-a-region-is-required": Case(
         cluster(1).regions(2).with_running("a", gpus=4, rack=0).with_running("b", gpus=4, rack=1),
         [training("regional", 8, topology=REGION)],
+        profile=NO_MOVES,
         want_pending={"regional": (Code.WAIT, Reason.RESERVATION)},
+    ),
+    # ...unless the default profile consolidates: a moves next to b, and r000 is whole for it.
+    "a-required-region-is-consolidated-for": Case(
+        cluster(1).regions(2).with_running("a", gpus=4, rack=0).with_running("b", gpus=4, rack=1),
+        [training("regional", 8, topology=REGION)],
+        want_racks={"regional": [0], "a": [1]},
     ),
     # region-0
     # ├── r000: n00 [xx..] n01 [....]   6 free
@@ -238,6 +247,7 @@ CONSTRAINTS = {
     "required-rack-waits-rather-than-split": Case(
         cluster().with_running("a", gpus=2, rack=0).with_running("b", gpus=2, rack=1),
         [training("t", 8, topology=RACK)],
+        profile=NO_MOVES,  # (the default moves a or b to free a rack: see test_consolidate.py)
         want_pending={"t": (Code.WAIT, Reason.RESERVATION)},
         after="""
             region-0

@@ -111,6 +111,9 @@ def job_specs(draw: st.DrawFn, name: str, submit: float) -> JobSpec:
         )
         if milli:  # a fractional gang: all shares or none
             spec = replace(spec, unit=Resources(gpus=0, gpu_milli=milli, cpu_milli=cpu, gpu_models=gpu_models))
+        elif draw(st.sampled_from([False, False, True])):  # elastic: any worker count from min to max
+            units = spec.units
+            spec = replace(spec, min_units=draw(st.integers(1, units)), max_units=draw(st.integers(units, 2 * units)))
         return spec
     if kind == "inference":
         replicas = draw(st.integers(1, 4))
@@ -184,6 +187,14 @@ def check_decisions(state: ClusterState, d: Decisions, jobs: list[JobSpec]) -> N
         assert victim.priority < preemptor.priority, f"{p.victim} preempted by an equal or lower priority"
         assert victim.preemptible, f"{p.victim} is not preemptible"
         assert preemptor.preemption_policy is not PreemptionPolicy.NEVER, f"{p.preemptor} has policy Never"
+    victims = {p.victim for p in d.preemptions}
+    for z in d.resized:  # elastic gangs resized: running, not also preempted, whole workers within their sizes
+        rj = state.running[z.spec.name]
+        assert z.spec.name not in victims, f"{z.spec.name} both resized and preempted"
+        assert z.spec.is_elastic and rj.spec.preemptible
+        assert (z.spec.min_units or z.spec.units) <= z.placement.units <= z.spec.elastic_max_units
+        assert z.placement.whole_gpus == z.placement.units * z.spec.unit.gpus, f"{z.spec.name}: a worker split"
+        assert z.units_before == rj.placement.units
     names = [p.spec.name for p in d.placed] + [p.spec.name for p in d.pending]
     assert len(set(names)) == len(names) and set(names) <= set(by_name), "no job is decided twice"
     assert len(names) + d.not_examined == len(by_name), "every pending job is placed, pending or not examined"
@@ -195,7 +206,12 @@ def check_placed(state: ClusterState, d: Decisions) -> None:
     for p in d.placed:
         spec, rj = p.spec, state.running[p.spec.name]
         unit = spec.unit
-        if spec.kind is not JobKind.INFERENCE:
+        if spec.is_elastic:
+            # an elastic gang: whole workers, at least its minimum, at most what it asked for on a start
+            lo = spec.min_units or spec.units
+            assert lo <= rj.placement.units <= spec.units, f"elastic gang {spec.name} outside its sizes"
+            assert rj.placement.whole_gpus == rj.placement.units * unit.gpus
+        elif spec.kind is not JobKind.INFERENCE:
             assert rj.placement.units == spec.units, f"gang {spec.name} placed partly"
             assert rj.placement.gpu_milli == spec.gpu_demand_milli, f"gang {spec.name} holds the wrong amount"
             if unit.gpus:
@@ -225,7 +241,7 @@ def check_placed(state: ClusterState, d: Decisions) -> None:
             for a in rj.placement.allocs:
                 per_node[a.node] = per_node.get(a.node, 0) + a.whole_gpus
             assert all(v % unit.gpus == 0 for v in per_node.values()), f"{spec.name}: a worker spans nodes"
-        if p.backfilled and d.reservation is not None:
+        if p.backfilled and not p.placement.opportunistic and d.reservation is not None:  # (a loan may: loans.py)
             assert not set(racks_of(state, p.placement)) & d.reservation.racks, f"{spec.name} delays the reservation"
 
 
@@ -235,6 +251,9 @@ def rollback_decisions(state: ClusterState, d: Decisions, now: float) -> None:
     tx = Transaction(state)
     for v in sorted({p.victim for p in d.preemptions}):
         tx.release(v)
+    for z in d.resized:
+        old = tx.release(z.spec.name)
+        tx.allocate(z.spec, z.placement, now=old.started_at, expected_end=old.expected_end)
     for p in d.placed:
         if p.scale_up:
             tx.extend(p.spec.name, p.placement.allocs, p.placement.units)
@@ -266,6 +285,8 @@ def run_world(profile: str, world: World) -> None:
         apply_decisions(state, d, now=now)
         check_all_invariants(state)
         check_placed(state, d)
+        for z in d.resized:
+            assert state.running[z.spec.name].placement == z.placement
         if d.not_examined:
             # the cycle stopped early only because nothing more could fit: fewer GPUs free than any
             # unexamined job needs (and all of them need whole GPUs)

@@ -77,6 +77,18 @@ def admitted(backend: object, spec: JobSpec) -> JobSpec:
     return out
 
 
+def resize(backend: Backend, spec: JobSpec, placement: Placement, *, now: float) -> None:
+    """An elastic gang goes on at another size: a backend with an optional ``resize(spec, placement, now=)``
+    keeps the run going (the simulated one keeps its progress); any other stops it and starts it on the new
+    placement (the job resumes from the checkpoint it saved on the stop signal, as TorchElastic jobs do)."""
+    fn = getattr(backend, "resize", None)
+    if fn is not None:
+        fn(spec, placement, now=now)
+        return
+    backend.stop(spec.name, now=now)
+    backend.start(spec, placement, now=now)
+
+
 def orphans(backend: object) -> list[str]:
     """The jobs the backend still runs from an earlier start of the service, asked before ``adopt``, for the
     backends that can tell (an optional method ``orphans() -> list[str]``); [] for the others. The service

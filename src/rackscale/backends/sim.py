@@ -49,6 +49,17 @@ class SimBackend:
             r.status = RunStatus.STOPPED
             self.progress.detach(r, now)
 
+    def resize(self, spec: JobSpec, placement: Placement, *, now: float) -> None:
+        """An elastic gang's new size: its run goes on from where it got, on the host's performance model
+        (``Progress.resize``: the same restart cost the host charges), as a new start of it."""
+        r = self._runs.get(spec.name)
+        if r is None:
+            self._begin(spec, placement, now)
+            return
+        self._starts += 1
+        self._start_of[spec.name] = self._starts
+        self.progress.resize(r, placement, now)
+
     def poll(self, now: float) -> list[Exit]:
         out: list[Exit] = []
         while self._ends and self._ends[0][0] <= now:

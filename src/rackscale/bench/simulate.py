@@ -31,6 +31,16 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "synthetic": {"racks": 4, "jobs": 600, "policies": ["rackscale", "first-fit"]},
     # Issue 13's goals: the embedded default over 10 seeds, and Philly with backlogs, against every baseline.
     "goals-synthetic": {"racks": 4, "jobs": 600, "seeds": list(range(10)), "policies": "goals"},
+    # The same with half the generic training gangs elastic (minGpus/maxGpus): what elastic training buys.
+    "goals-elastic": {"racks": 4, "jobs": 600, "seeds": list(range(10)), "policies": "goals", "elastic_share": 0.5},
+    # Ablation: the same elastic jobs with and without the elastic plugins (ABLATIONS below).
+    "elastic-ab": {
+        "racks": 4,
+        "jobs": 600,
+        "seeds": list(range(10)),
+        "policies": ["rackscale", "rackscale-no-elastic"],
+        "elastic_share": 0.5,
+    },
     "goals-philly-x4": {
         "trace": "philly",
         "racks": 32,
@@ -66,9 +76,30 @@ KEEP = (
     "makespan_s",
     "preemptions",
     "lost_gpu_hours",
+    "resizes",
     "events",
     "cycles",
 )
+# The default profile with one mechanism switched off, by name, for the ablation scenarios (not registered
+# as profiles: they are measurements, not choices).
+ABLATIONS: dict[str, dict[str, bool]] = {
+    "rackscale-no-elastic": {"elastic": False},
+    "rackscale-no-consolidate": {"consolidate": False},
+}
+
+
+def profile_of(policy: str) -> Any:
+    """A registered profile's name, or an ablation's ``Profile``."""
+    if policy not in ABLATIONS:
+        return policy
+    from dataclasses import replace
+
+    from rackscale.scheduler.framework import PROFILES
+
+    off: dict[str, Any] = dict(ABLATIONS[policy])
+    return replace(PROFILES["rackscale"], name=policy, **off)
+
+
 # The baselines the goals scenarios compare against: every one registered (the peers' profiles included).
 GOAL_BASELINES = ("first-fit", "best-fit", "slurm-tree", "slurm-block", "kueue-tas", "tiresias")
 
@@ -115,11 +146,12 @@ def run_one(config: Result, progress: ChildProgress) -> Result:
                 duration_s=float(config.get("duration_h", 24.0)) * 3600.0,
                 max_gpus=cluster.total_gpus,
                 seed=int(config.get("seed", 0)),
+                elastic_share=float(config.get("elastic_share", 0.0)),
             )
         )
     load_s = time.perf_counter() - t0
     seed = int(config.get("seed", 0))
-    sim = Simulator(cluster, jobs, SimConfig(policy=str(config["policy"]), seed=seed, record_series=False))
+    sim = Simulator(cluster, jobs, SimConfig(policy=profile_of(str(config["policy"])), seed=seed, record_series=False))
     last = [0.0]
 
     def tick(done: int, total: int, _now: float) -> None:

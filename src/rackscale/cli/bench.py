@@ -177,8 +177,9 @@ def simulate(
         list[str] | None,
         typer.Option(
             "--scenario",
-            help="philly-speed, philly-backlog, synthetic, million, goals-synthetic (10 seeds), goals-philly-x4, "
-            "goals-philly-x8 (repeatable).",
+            help="philly-speed, philly-backlog, synthetic, million, goals-synthetic (10 seeds), goals-elastic "
+            "(the same, half the gangs elastic), elastic-ab (rackscale with and without elastic on those), "
+            "goals-philly-x4, goals-philly-x8 (repeatable).",
         ),
     ] = None,
     philly: Annotated[

@@ -75,6 +75,13 @@ def simulate(
     ),
     arrival_scale: float = typer.Option(1.0, "--arrival-scale", min=0.001, help="Arrival-rate factor (2 = twice)."),
     gpu_scale: float = typer.Option(1.0, "--gpu-scale", min=0.001, help="GPU-count factor for trace jobs."),
+    elastic_share: float = typer.Option(
+        0.0,
+        "--elastic-share",
+        min=0.0,
+        max=1.0,
+        help="Share of the synthetic mix's generic training gangs that are elastic (minGpus half, maxGpus twice).",
+    ),
     strict: bool = typer.Option(False, "--strict", help="Reject a trace with malformed rows (default: skip them)."),
     tenant_map: str | None = typer.Option(
         None, "--tenant-map", help="Rename trace queues (tenants): OLD=NEW[,OLD=NEW...], e.g. 6214e9=research."
@@ -109,6 +116,7 @@ def simulate(
     Examples:\n
       rackscale simulate\n
       rackscale simulate --racks 8 --baseline slurm-tree --baseline best-fit\n
+      rackscale simulate --elastic-share 0.5 --baseline tiresias\n
       rackscale simulate --trace philly:../shared/traces/philly/philly.csv --racks 32 --arrival-scale 4\n
       rackscale simulate --cluster examples/seed-gpucluster.yaml --json
     """
@@ -121,7 +129,17 @@ def simulate(
             fail(f"unknown policy {p!r}; choose one of: {', '.join(PROFILES)}")
     cluster = resolve_cluster(cluster_file, racks)
     jobs = _workload(
-        cluster, trace, jobs_file, n_jobs, duration_h, arrival_scale, gpu_scale, seed, strict, _tenants(tenant_map)
+        cluster,
+        trace,
+        jobs_file,
+        n_jobs,
+        duration_h,
+        arrival_scale,
+        gpu_scale,
+        seed,
+        strict,
+        _tenants(tenant_map),
+        elastic_share=elastic_share,
     )
     faults = FaultConfig(gpu_mtbf_h=gpu_mtbf_h, node_mtbf_h=node_mtbf_h, uplink_mtbf_h=uplink_mtbf_h)
     policies = list(dict.fromkeys((policy, *baselines)))
@@ -241,6 +259,8 @@ def _workload(
     seed: int,
     strict: bool = False,
     tenants: dict[str, str] | None = None,
+    *,
+    elastic_share: float = 0.0,
 ) -> list[Any]:
     from rackscale.model.specs import SpecError
     from rackscale.workloads import SyntheticConfig, load_trace, synthetic_jobs
@@ -277,6 +297,7 @@ def _workload(
                     duration_s=hours * 3600.0,
                     max_gpus=cluster.total_gpus,
                     seed=seed,
+                    elastic_share=elastic_share,
                 )
             )
     except SpecError as err:

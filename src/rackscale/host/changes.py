@@ -12,6 +12,7 @@ from rackscale.model.placement import Placement
 class ChangeKind(StrEnum):
     SCHEDULED = "scheduled"
     PREEMPTED = "preempted"
+    RESIZED = "resized"  # an elastic gang shrunk or grown: it goes on, from a checkpoint, on a new placement
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"

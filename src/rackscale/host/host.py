@@ -141,7 +141,9 @@ class ClusterHost(ServicesMixin):
         self._ended(r)
         self.kpi.finished(r.spec.kind, jct=now - r.spec.submit_time)
         if r.spec.kind is JobKind.TRAINING and r.layout is not None:
-            self.kpi.samples += r.work * samples_per_step(r.spec, r.layout.gpus)
+            # An elastic gang keeps the global batch of the size it asked for, whatever it ran on.
+            gpus = r.spec.total_gpus if r.spec.is_elastic else r.layout.gpus
+            self.kpi.samples += r.work * samples_per_step(r.spec, gpus)
         return Change(name, ChangeKind.COMPLETED, now, "Completed", reason or "finished", exit_code=exit_code)
 
     def cancel(self, name: str, now: float) -> Change | None:
@@ -184,16 +186,28 @@ class ClusterHost(ServicesMixin):
             )
             self._requeue(r, now, why="preempted")
         apply_decisions(self.state, d, now=now)
+        for z in d.resized:
+            self.progress.resize(self.runs[z.spec.name], z.placement, now)
+            self.kpi.resizes += 1
+            self.cycles.freed = True  # a shrink may leave GPUs free for the next cycle
+            where = _where(self.cluster, z.placement)
+            out.append(Change(z.spec.name, ChangeKind.RESIZED, now, "Resized", f"{z.reason}; on {where}", z.placement))
         for p in d.placed:
             name = p.spec.name
-            r = self.runs[name]
+            run = self.runs.get(name)
+            if run is None or run.status.ended:
+                # A job moved by consolidation that its stop made give up (``max_restarts``): not started.
+                if name in self.state.running:
+                    self.state.release(name)
+                continue
+            r = run
             self._dequeue(name)
             self.attempts["scheduled"] += 1
             if p.scale_up:
                 self._rescale(r, now)
                 continue
             self._start_run(r, p.placement, now)
-            how = "backfilled" if p.backfilled else "placed"
+            how = "moved (consolidation)" if p.moved else "backfilled" if p.backfilled else "placed"
             if p.placement.opportunistic:
                 how = "backfilled on loan (GPUs reserved for a waiting job; stopped when it can start)"
             where = _where(self.cluster, p.placement)

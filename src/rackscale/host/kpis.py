@@ -98,6 +98,7 @@ class Kpis(Mapping[str, Kpi]):
     fragmentation: float | None
     preemptions: int
     restarts: int
+    resizes: int  # elastic gangs shrunk or grown (each a restart from a checkpoint)
     lost_gpu_hours: float
     makespan_s: float | None
     events: int
@@ -155,6 +156,7 @@ class KpiAccumulator:
     cancelled: int = 0  # the service only (a simulated workload is never cancelled)
     preemptions: int = 0
     restarts: int = 0
+    resizes: int = 0
     lost_gpu_s: float = 0.0
     events: int = 0
     cycles: int = 0
@@ -240,6 +242,7 @@ class KpiAccumulator:
             fragmentation=statistics.fmean(self.frag_samples) if self.frag_samples else None,
             preemptions=self.preemptions,
             restarts=self.restarts,
+            resizes=self.resizes,
             lost_gpu_hours=self.lost_gpu_s / 3600.0,
             makespan_s=span,
             events=self.events,

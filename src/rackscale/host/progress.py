@@ -24,7 +24,7 @@ from rackscale.host.perf import Layout, job_ideal_step, job_step
 from rackscale.host.runs import JobRun, RunStatus, RuntimeDefaults
 from rackscale.llm import jobs as llm_jobs
 from rackscale.model.placement import Placement
-from rackscale.model.topology import GPUCluster
+from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import JobKind, JobSpec
 from rackscale.network.monitor import NetworkMonitor
 
@@ -200,6 +200,21 @@ class Progress:
         lost = min(since_ckpt * r.rate, r.done) if r.spec.kind is JobKind.TRAINING else min(since_ckpt, r.done)
         r.done -= lost
         self.kpi.lost_gpu_s += since_ckpt * gpus
+
+    def resize(self, r: JobRun, placement: Placement, now: float) -> None:
+        """An elastic gang goes on at another size: its progress so far is kept (it saved on the signal), it
+        restarts on ``placement``, and the restart costs ``RuntimeDefaults.resize_s`` of its time there
+        (counted as lost GPU-time); then it is re-timed, and so are the cross-rack neighbours it left or met."""
+        self.advance(r, now)
+        self.detach(r, now)
+        self.place(r, placement)
+        self.attach(r, placement)
+        cost = self.defaults.resize_s
+        r.done = max(r.done - cost * self.uncontended_rate(r), 0.0)
+        self.kpi.lost_gpu_s += cost * placement.gpu_milli / MILLI_PER_GPU
+        self.set_rate(r, now)
+        if r.traffic is not None and r.traffic.inter_rack > 0:
+            self.refresh_neighbours(r, now)
 
     def bytes_moved(self, now: float, running: Iterator[JobRun]) -> BytesMoved:
         """The bytes counted so far plus those the ``running`` jobs moved since their last update, without

@@ -12,6 +12,7 @@ from enum import StrEnum
 from rackscale.host.perf import Layout
 from rackscale.model.workload import JobSpec
 from rackscale.network.traffic import Traffic
+from rackscale.scheduler.elastic import RESIZE_COST_S
 
 
 class Estimates(StrEnum):
@@ -63,6 +64,9 @@ class RuntimeDefaults:
     # of writing its checkpoint. An assumption (a minute: sharded saves to a parallel file system take
     # seconds to minutes); the job keeps its progress.
     save_s: float = 60.0
+    # What an elastic gang's size change costs it: save, rendezvous of the new workers, reload (the
+    # scheduler's own figure, ``scheduler.elastic.RESIZE_COST_S``, so it weighs what the host charges).
+    resize_s: float = RESIZE_COST_S
 
 
 @dataclass(slots=True)

@@ -246,6 +246,9 @@ class JobBodyDoc(_Doc):
     # Sizing; which fields a kind accepts is checked in specs._SIZING.
     gpus: int | None = Field(None, ge=0, le=MAX_UNITS, examples=[8])
     gpus_per_worker: Count | None = None
+    # An elastic training gang: the fewest and the most GPUs it may run on (multiples of gpusPerWorker).
+    min_gpus: Count | None = None
+    max_gpus: Count | None = None
     replicas: Count | None = None
     gpus_per_replica: int | None = Field(None, ge=0, le=MAX_UNITS)
     min_replicas: Count | None = None

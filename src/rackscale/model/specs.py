@@ -327,7 +327,7 @@ def _rich_cluster(doc: Mapping[str, Any]) -> GPUCluster:
 # ---------------------------------------------------------------------------------------------- jobs
 # The sizing fields each job kind understands; the others are refused so that a typo'd kind is caught.
 _SIZING: dict[str, tuple[str, ...]] = {
-    "training": ("gpus", "gpusPerWorker"),
+    "training": ("gpus", "gpusPerWorker", "minGpus", "maxGpus"),
     "inference": ("replicas", "gpusPerReplica", "minReplicas", "maxReplicas", "gpuMilli"),
     "batch": ("gpus", "tasks", "gpuMilli"),
 }
@@ -370,6 +370,7 @@ def _unit(b: d.JobBodyDoc, out: _Problems) -> tuple[int, int, int]:
             eg = f"{lo} or {hi}" if lo else str(hi)
             fix = f"use a multiple of {per}, e.g. {eg}, or change gpusPerWorker"
             out.add(("gpus",), f"{b.gpus} is not a positive multiple of gpusPerWorker ({per})", fix)
+        _elastic_sizes(b, per, out)
         return per, 0, max(1, b.gpus // per)
     whole_key, whole = ("gpusPerReplica", b.gpus_per_replica) if kind == "inference" else ("gpus", b.gpus)
     if milli and whole:
@@ -390,6 +391,22 @@ def _unit(b: d.JobBodyDoc, out: _Problems) -> tuple[int, int, int]:
     if b.max_replicas is not None and b.max_replicas < units:
         out.add(("maxReplicas",), f"{b.max_replicas} is less than replicas ({units})", f"use at least {units}")
     return gpus, milli, units
+
+
+def _elastic_sizes(b: d.JobBodyDoc, per: int, out: _Problems) -> None:
+    """``minGpus <= gpus <= maxGpus``, each a multiple of ``gpusPerWorker``; not with ``llm`` (its parallel
+    plan is chosen for one size)."""
+    gpus = b.gpus or 0
+    for key, n in (("minGpus", b.min_gpus), ("maxGpus", b.max_gpus)):
+        if n is not None and n % per:
+            out.add((key,), f"{n} is not a multiple of gpusPerWorker ({per})", f"use a multiple of {per}")
+    if b.min_gpus is not None and b.min_gpus > gpus:
+        out.add(("minGpus",), f"{b.min_gpus} is more than gpus ({gpus})", f"use at most {gpus}")
+    if b.max_gpus is not None and b.max_gpus < gpus:
+        out.add(("maxGpus",), f"{b.max_gpus} is less than gpus ({gpus})", f"use at least {gpus}")
+    if b.llm is not None and (b.min_gpus is not None or b.max_gpus is not None):
+        key = "minGpus" if b.min_gpus is not None else "maxGpus"
+        out.add((key,), "an LLM job runs at one size (its parallel plan is chosen for gpus)", f"remove {key}")
 
 
 def _priority(b: d.JobBodyDoc, classes: Mapping[str, int] | None, out: _Problems) -> int:
@@ -510,8 +527,8 @@ def _job(name: str, b: d.JobBodyDoc, prefix: Loc, classes: Mapping[str, int] | N
             gpu_models=frozenset(b.gpu_models) if b.gpu_models is not None else None,
         ),
         units=units,
-        min_units=b.min_replicas or 0,
-        max_units=b.max_replicas or 0,
+        min_units=(b.min_replicas or 0) if b.kind != "training" else (b.min_gpus or 0) // max(gpus, 1),
+        max_units=(b.max_replicas or 0) if b.kind != "training" else (b.max_gpus or 0) // max(gpus, 1),
         priority=priority,
         preemption_policy=PreemptionPolicy(b.preemption_policy),
         preemptible=b.preemptible,

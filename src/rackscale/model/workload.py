@@ -152,8 +152,11 @@ class JobSpec:
     kind: JobKind
     unit: Resources
     units: int  # workers (training), replicas (inference), tasks (batch)
-    min_units: int = 0  # inference: min replicas; 0 means ``units`` (all or none)
-    max_units: int = 0  # inference: max replicas for the autoscaler; 0 means ``units``
+    # Inference: min replicas, and max replicas for the autoscaler. Training: an elastic gang's smallest and
+    # largest worker counts (``minGpus``/``maxGpus``; the scheduler may shrink or grow it between them).
+    # 0 means ``units`` (a fixed size, all or none).
+    min_units: int = 0
+    max_units: int = 0
     priority: int = 0
     preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
     preemptible: bool = True
@@ -192,6 +195,20 @@ class JobSpec:
         return self.min_units or self.units
 
     @property
+    def is_elastic(self) -> bool:
+        """A training gang that may run on any worker count from ``min_units`` to ``max_units`` (a job that
+        names its model is not: its parallel plan is chosen for its one size)."""
+        return (
+            self.kind is JobKind.TRAINING
+            and self.llm is None
+            and ((0 < self.min_units < self.units) or self.max_units > self.units)
+        )
+
+    @property
+    def elastic_max_units(self) -> int:
+        return max(self.max_units, self.units)
+
+    @property
     def is_gang(self) -> bool:
         """Training and batch are all-or-nothing; inference can start with ``min_units`` replicas."""
         return self.kind is not JobKind.INFERENCE
@@ -206,16 +223,24 @@ def training(
     memory_mib: int = 0,
     gpu_models: frozenset[str] | None = None,
     topology: TopologyConstraint | None = None,
+    min_gpus: int = 0,
+    max_gpus: int = 0,
     **kw: object,
 ) -> JobSpec:
-    """A training gang of ``gpus`` GPUs in workers of ``gpus_per_worker`` (all or none)."""
-    if gpus % gpus_per_worker:
-        raise ValueError(f"gpus ({gpus}) must be a multiple of gpus_per_worker ({gpus_per_worker})")
+    """A training gang of ``gpus`` GPUs in workers of ``gpus_per_worker`` (all or none). ``min_gpus`` /
+    ``max_gpus`` (0: ``gpus``) make it elastic: it may run on any multiple of ``gpus_per_worker`` between them."""
+    for what, n in (("gpus", gpus), ("min_gpus", min_gpus), ("max_gpus", max_gpus)):
+        if n % gpus_per_worker:
+            raise ValueError(f"{what} ({n}) must be a multiple of gpus_per_worker ({gpus_per_worker})")
+    if min_gpus > gpus or (max_gpus and max_gpus < gpus):
+        raise ValueError(f"need min_gpus ({min_gpus}) <= gpus ({gpus}) <= max_gpus ({max_gpus})")
     return JobSpec(
         name=name,
         kind=JobKind.TRAINING,
         unit=Resources(gpus=gpus_per_worker, cpu_milli=cpu_milli, memory_mib=memory_mib, gpu_models=gpu_models),
         units=gpus // gpus_per_worker,
+        min_units=min_gpus // gpus_per_worker,
+        max_units=max_gpus // gpus_per_worker,
         topology=topology or TopologyConstraint(),
         **kw,  # type: ignore[arg-type]
     )

@@ -110,11 +110,18 @@ def collective_time(
 def training_step(
     cluster: GPUCluster, spec: JobSpec, layout: Layout, *, slowdown: float = 1.0, speed: float = 1.0
 ) -> StepTime:
-    """``speed``: the GPUs' compute speed relative to the job's estimate (the cluster's ``gpu_speed``)."""
+    """``speed``: the GPUs' compute speed relative to the job's estimate (the cluster's ``gpu_speed``).
+
+    An elastic gang keeps its global batch whatever its size (as TorchElastic / ElasticFlow jobs do, so the
+    model converges the same): on ``g`` GPUs instead of the ``G`` it asked for, each GPU computes ``G/g`` of
+    the asked per-GPU share, while the gradients all-reduced stay the model's size."""
     comm = collective_time(
         cluster, layout, size_bytes=spec.comm.bytes_per_step, collective=spec.comm.collective, slowdown=slowdown
     )
-    return StepTime(spec.comm.compute_s_per_step / max(speed, 1e-9), comm)
+    compute = spec.comm.compute_s_per_step / max(speed, 1e-9)
+    if spec.is_elastic and layout.gpus:
+        compute *= spec.total_gpus / layout.gpus
+    return StepTime(compute, comm)
 
 
 def ideal_step(cluster: GPUCluster, spec: JobSpec) -> StepTime:

@@ -9,7 +9,8 @@ places it; if none does, ``waiting.settle_unplaced`` records why it waits. Each 
   (the reservation itself is planned when the first job is blocked, in ``waiting.py``);
 - :class:`Preempt` frees room by evicting lower-priority jobs, and places the job there.
 
-KAI's fourth action, consolidate (moving running jobs to defragment), would come after preempt.
+KAI's fourth action, consolidate (moving running jobs to defragment), comes after preempt where the profile
+enables it: ``consolidate.py``.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class Preempt:
         if not attempt.may_preempt or (attempt.status is not None and attempt.status.code is Code.ERROR):
             return False  # a placer's bug is not a reason to evict anyone
         tx, state = cycle.tx, cycle.state
-        protected = frozenset(p.spec.name for p in cycle.placed)
+        # Nor a job the cycle resized: its new size is decided (``elastic.py``).
+        protected = frozenset(p.spec.name for p in cycle.placed).union(cycle.resized)
         choices = self.victims.choose(job, state, cycle.ctx, exclude_racks=attempt.exclude, protected=protected)
         for choice in choices:
             before = tx.checkpoint()

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from rackscale.model.transaction import Transaction
 from rackscale.model.view import StateView
 from rackscale.model.workload import JobKind, JobSpec, Level, PreemptionPolicy, Resources
-from rackscale.scheduler.decisions import Decisions, Pending, Placed, Preemption, Reservation
+from rackscale.scheduler.decisions import Decisions, Pending, Placed, Preemption, Reservation, Resized
 from rackscale.scheduler.framework import CycleContext
 from rackscale.scheduler.pending import PendingQueue, StaticShape
 from rackscale.scheduler.status import Status
@@ -104,6 +104,8 @@ class Cycle:
     min_demand: int  # the fewest whole GPUs any queued job needs (see ``Admission.stop_status``)
     placed: list[Placed]
     preempted: list[Preemption]
+    resized: dict[str, Resized]  # elastic gangs shrunk or grown (``elastic.py``): each job's final size
+    elastic: tuple[str, ...] | None  # the running elastic gangs, found at the first shrink (None: not yet)
     waiting: list[Pending]
     # The smallest failed request per shape: a later job of a shape, no smaller, fails the same way.
     failed: dict[JobShape, ShapeFailure]
@@ -136,6 +138,8 @@ class Cycle:
         self.min_demand = min_demand
         self.placed = []
         self.preempted = []
+        self.resized = {}
+        self.elastic = None
         self.waiting = []
         self.failed = {}
         self.covered = set()
@@ -157,6 +161,7 @@ class Cycle:
         return Decisions(
             placed=tuple(self.placed),
             preemptions=tuple(self.preempted),
+            resized=tuple(self.resized.values()),
             pending=tuple(self.waiting),
             reservation=self.reservation,
             not_examined=unexamined,
@@ -166,5 +171,6 @@ class Cycle:
                 "examined": self.examined,
                 "tried": self.tried,
                 "placed": len(self.placed),
+                "resized": len(self.resized),
             },
         )

@@ -47,7 +47,8 @@ class CycleDriver:
     ) -> Decisions | None:
         """The decisions of this instant's cycle, or None when no waiting job could newly fit.
         ``attained``: the jobs' service in their earlier runs (see ``ResourceScheduler.schedule``)."""
-        if not pending:
+        if not pending and not (self.freed and sched.profile.elastic and _may_grow(state)):
+            # (Freed GPUs are worth a cycle even with nobody waiting if an elastic gang may grow into them.)
             self._fresh.clear()
             return None
         fresh = PendingQueue(j for n in dict.fromkeys(self._fresh) if (j := pending.get(n)) is not None)
@@ -86,3 +87,9 @@ class CycleDriver:
         if not isinstance(victims, LasVictims):
             return False
         return self._last_full is None or now - self._last_full >= victims.recheck_s
+
+
+def _may_grow(state: ClusterState) -> bool:
+    """Some running elastic gang is below its maximum (only then can a cycle with nobody waiting decide
+    anything)."""
+    return any(rj.spec.is_elastic and rj.placement.units < rj.spec.elastic_max_units for rj in state.running.values())

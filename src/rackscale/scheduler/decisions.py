@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.state import ClusterState
@@ -19,12 +20,32 @@ class Placed:
     expected_end: float | None
     backfilled: bool = False
     scale_up: bool = False
+    # A running job moved by consolidation (``consolidate.py``): its ``Preemption`` of this cycle stops it,
+    # this starts it again here.
+    moved: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
     victim: str
     preemptor: str
+    reason: str
+
+
+class ResizeKind(StrEnum):
+    SHRUNK = "shrunk"
+    GROWN = "grown"
+
+
+@dataclass(frozen=True, slots=True)
+class Resized:
+    """A running elastic gang goes on at another size: ``placement`` is all it holds after the change (it
+    restarts from a checkpoint on it, ``elastic.py``). ``reason`` is for the job's owner (no job names)."""
+
+    spec: JobSpec
+    placement: Placement
+    units_before: int
+    kind: ResizeKind
     reason: str
 
 
@@ -49,6 +70,7 @@ class Reservation:
 class Decisions:
     placed: tuple[Placed, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
+    resized: tuple[Resized, ...] = ()  # applied after the preemptions, before the placements
     pending: tuple[Pending, ...] = ()
     reservation: Reservation | None = None
     # Jobs the cycle did not look at because none of them could fit (listed in no ``pending`` entry).
@@ -65,11 +87,15 @@ class Decisions:
 
 
 def apply_decisions(state: ClusterState, decisions: Decisions, *, now: float) -> None:
-    """Apply a cycle's decisions to ``state``: preempt the victims, then start the placements, in the
-    order the scheduler decided them (which is the order in which they were valid)."""
+    """Apply a cycle's decisions to ``state``: preempt the victims, resize the elastic gangs, then start the
+    placements, in the order the scheduler decided them (which is the order in which they were valid: a
+    shrink frees what a placement takes; a growth takes only what was still free after every placement)."""
     victims = {p.victim for p in decisions.preemptions}
     for v in sorted(victims):
         state.release(v)
+    for z in decisions.resized:
+        old = state.release(z.spec.name)
+        state.allocate(z.spec, z.placement, now=old.started_at, expected_end=old.expected_end, checkpointed_at=now)
     for p in decisions.placed:
         if p.scale_up:
             state.extend(p.spec.name, p.placement.allocs, p.placement.units)

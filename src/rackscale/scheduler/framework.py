@@ -148,6 +148,12 @@ class Profile:
     split_policy: str = "cost"
     # Lend reserved GPUs to waiting work and reclaim them for the holder (``loans.py``: lend, reclaim).
     opportunistic_backfill: bool = False
+    # Move small running jobs out of a rack so a waiting gang gets it whole, when the wait it is spared
+    # outweighs their lost work and restarts (``consolidate.py``, KAI-Scheduler's consolidation action).
+    consolidate: bool = False
+    # Elastic gangs (minGpus/maxGpus) start smaller, shrink for waiting work and grow into idle GPUs
+    # (``elastic.py``: the shrink action, and growth at the end of the cycle); off: they run at their size.
+    elastic: bool = False
     # One line on what the profile stands for (the CLI's --help lists the profiles with it).
     summary: str = ""
 
@@ -165,6 +171,8 @@ PROFILES: dict[str, Profile] = {
         queue_sort="priority-las",
         victims="las-victims",
         opportunistic_backfill=True,
+        consolidate=True,
+        elastic=True,
         summary="topology-aware: packs each gang into the fewest NVLink racks, lends reserved GPUs (the default)",
     ),
     "first-fit": Profile(

@@ -17,12 +17,13 @@ from rackscale.model.transaction import Transaction
 from rackscale.model.view import StateView
 from rackscale.model.workload import JobKind, JobSpec, Level
 from rackscale.scheduler.decisions import Placed, merge_allocs
+from rackscale.scheduler.elastic_sizes import at_size, smaller_sizes
 from rackscale.scheduler.filters import allowed_models
 from rackscale.scheduler.framework import CycleContext, Placer, Profile, QueueConfig
 from rackscale.scheduler.groups import placement_groups
 from rackscale.scheduler.placement.request import racks_descending
 from rackscale.scheduler.split import SplitAdvisor
-from rackscale.scheduler.status import Reason, Status, internal_error, unschedulable
+from rackscale.scheduler.status import Code, Reason, Status, internal_error, unschedulable
 
 
 class GangPlacement:
@@ -46,7 +47,33 @@ class GangPlacement:
         exclude: frozenset[int],
         only: frozenset[int] | None,
     ) -> Placed | Status:
-        """Place the job through ``tx``; on failure nothing of it stays in the state."""
+        """Place the job through ``tx``; on failure nothing of it stays in the state. An elastic gang (where
+        the profile allows) that does not fit at the size it asked for starts smaller (``elastic_sizes``)."""
+        got = self._place(tx, job, ctx, exclude=exclude, only=only)
+        if isinstance(got, Placed) or got.code is Code.ERROR or not (self.profile.elastic and job.is_elastic):
+            return got
+        if job.name in tx.state.running:
+            return got
+        for units in smaller_sizes(job, tx.state, allowed_models(job, ctx)):
+            smaller = self._place(tx, at_size(job, units), ctx, exclude=exclude, only=only)
+            if isinstance(smaller, Placed):
+                est = job.duration_estimate_s
+                # Slower in proportion on fewer GPUs (the same work: see ``training_step``).
+                end = ctx.now + est * job.units / units if est is not None else None
+                return Placed(job, smaller.placement, end)
+            if smaller.code is Code.ERROR:
+                return smaller
+        return got
+
+    def _place(
+        self,
+        tx: Transaction,
+        job: JobSpec,
+        ctx: CycleContext,
+        *,
+        exclude: frozenset[int],
+        only: frozenset[int] | None,
+    ) -> Placed | Status:
         state: StateView = tx.state
         models = allowed_models(job, ctx)
         running = state.running.get(job.name)

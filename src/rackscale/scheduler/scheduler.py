@@ -28,8 +28,10 @@ from rackscale.scheduler import queue_order as _queue_order  # noqa: F401
 from rackscale.scheduler.actions import Action, Allocate, Backfill, Preempt
 from rackscale.scheduler.admission import Admission
 from rackscale.scheduler.backfill import plan_reservation
+from rackscale.scheduler.consolidate import Consolidate
 from rackscale.scheduler.cycle import Cycle
 from rackscale.scheduler.decisions import Decisions, Reservation
+from rackscale.scheduler.elastic import Shrink, grow
 from rackscale.scheduler.framework import (
     FILTERS,
     NO_SERVICE,
@@ -104,12 +106,17 @@ class ResourceScheduler:
         self.queues: dict[str, QueueConfig] = dict(queues or {})
         self.gang = GangPlacement(placer=self.placer, profile=profile, queues=self.queues)
         self.admission = Admission(filters=self.filters, gang=self.gang)
-        # KAI-Scheduler's order, least disruptive first; a consolidate action would go last.
+        # KAI-Scheduler's actions, least disruptive first (its consolidation comes last here: consolidate.py).
         actions: list[Action] = [Allocate(self.gang), Backfill(self.gang)]
         if profile.opportunistic_backfill:
             actions += [Lend(self.gang), Reclaim(self.gang)]
+        if profile.elastic:
+            actions.append(Shrink(self.gang))  # gives back GPUs without stopping anyone: before preempt
         if self.victims is not None:
             actions.append(Preempt(self.gang, self.victims))
+        if profile.consolidate:
+            # Restarts jobs of up to the gang's priority elsewhere: after preempt, which stops only lower ones.
+            actions.append(Consolidate(self.gang))
         self.actions: tuple[Action, ...] = tuple(actions)
 
     def schedule(
@@ -157,6 +164,8 @@ class ResourceScheduler:
                         break
                 else:
                     settle_unplaced(cycle, attempt, backfill=backfill)
+            if self.profile.elastic:
+                grow(cycle, self.placer)  # into what every pending job left free
         finally:
             cycle.tx.rollback()
         return cycle.decisions()

@@ -18,9 +18,10 @@ from rackscale.model.topology import GPUCluster
 from rackscale.scheduler.framework import Profile
 
 # The change kinds under the names the store and the runner have long used.
-SCHEDULED, PREEMPTED, COMPLETED, FAILED, CANCELLED, WAITING = (
+SCHEDULED, PREEMPTED, RESIZED, COMPLETED, FAILED, CANCELLED, WAITING = (
     ChangeKind.SCHEDULED,
     ChangeKind.PREEMPTED,
+    ChangeKind.RESIZED,
     ChangeKind.COMPLETED,
     ChangeKind.FAILED,
     ChangeKind.CANCELLED,
@@ -35,6 +36,7 @@ class LiveCounters:
 
     cycles: int
     preemption_victims: int
+    resizes: int
     completed: int
     failed: int
     cancelled: int
@@ -53,6 +55,7 @@ class LiveCluster(ClusterHost):
         return LiveCounters(
             cycles=k.cycles,
             preemption_victims=k.preemptions,
+            resizes=k.resizes,
             completed=k.completed,
             failed=k.failed,
             cancelled=k.cancelled,
@@ -69,6 +72,7 @@ __all__ = [
     "COMPLETED",
     "FAILED",
     "PREEMPTED",
+    "RESIZED",
     "SCHEDULED",
     "WAITING",
     "Change",

@@ -36,6 +36,7 @@ METRIC_NAMES = (
     "rackscale_schedule_attempts_total",
     "rackscale_scheduling_attempt_duration_seconds",
     "rackscale_preemption_victims_total",
+    "rackscale_elastic_resizes_total",
     "rackscale_jobs_submitted_total",
     "rackscale_jobs_finished_total",
     "rackscale_pending_jobs",
@@ -259,6 +260,11 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
     yield attempts
     yield CounterMetricFamily(
         "rackscale_preemption_victims", "Jobs preempted to make room.", value=k.preemption_victims
+    )
+    yield CounterMetricFamily(
+        "rackscale_elastic_resizes",
+        "Elastic training gangs shrunk or grown (each a restart from a checkpoint).",
+        value=k.resizes,
     )
     finished = CounterMetricFamily("rackscale_jobs_finished", "Jobs that ended, by outcome.", labels=["outcome"])
     finished.add_metric(["completed"], k.completed)

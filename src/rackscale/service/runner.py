@@ -23,12 +23,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from rackscale.backends.base import Backend, Exit, RunningJobRecord, admitted
+from rackscale.backends.base import Backend, Exit, RunningJobRecord, admitted, resize
 from rackscale.model.spec_errors import SpecError
 from rackscale.model.specs import job_from_dict
 from rackscale.model.workload import JobSpec
 from rackscale.service.clock import ServiceClock
-from rackscale.service.live import CANCELLED, FAILED, PREEMPTED, SCHEDULED, Change, LiveCluster
+from rackscale.service.live import CANCELLED, FAILED, PREEMPTED, RESIZED, SCHEDULED, Change, LiveCluster
 from rackscale.service.store import PENDING, RUNNING, JobRow, Store, StoreUnavailable
 
 log = logging.getLogger("rackscale.service")
@@ -327,10 +327,10 @@ class Runner:
             if ch.job in rejected:
                 # Cancelled between the decision and the commit: undo it here, never start it.
                 with self.lock:
-                    forgot = ch.type in (SCHEDULED, PREEMPTED) and self.live.cancel(ch.job, now) is not None
+                    forgot = ch.type in (SCHEDULED, PREEMPTED, RESIZED) and self.live.cancel(ch.job, now) is not None
                 if forgot and self._runs.get(ch.job) == ch.run:
                     self._runs.pop(ch.job, None)
-                if ch.type == PREEMPTED:
+                if ch.type in (PREEMPTED, RESIZED):  # it runs on the backend still: stop it
                     self._stop_job(ch.job, now)
                 continue
             if ch.type == SCHEDULED and ch.placement is not None:
@@ -344,6 +344,14 @@ class Runner:
                     self._start_failures.append(Exit(ch.job, False, None, why))
             elif ch.type == PREEMPTED:
                 self._stop_job(ch.job, now)
+            elif ch.type == RESIZED and ch.placement is not None:
+                try:
+                    resize(self.backend, self.live.specs[ch.job], ch.placement, now=now)
+                except Exception as e:  # as a failed start: the job's failure, fed as its exit next step
+                    self.errors += 1
+                    why = f"the backend could not resize it: {type(e).__name__}: {e}"
+                    log.exception("backend %s: resize of %s raised: %s", self.backend.name, ch.job, why)
+                    self._start_failures.append(Exit(ch.job, False, None, why))
 
     def _stop_job(self, job: str, now: float) -> None:
         try:

@@ -41,7 +41,7 @@ LOWER = _words(  # and every cost_per_*
     "failed fragmentation "
     "lost_gpu_hours inference_overloaded_share makespan_s worst_p99_latency_s mean_ttft_s"
 )
-COUNTS = _words("completed failed preemptions restarts events cycles jobs")
+COUNTS = _words("completed failed preemptions restarts resizes events cycles jobs")
 LABELS = {
     "allocation_ratio": "GPU allocation",
     "idle_rate": "idle rate (while jobs wait)",
@@ -68,6 +68,7 @@ LABELS = {
     "mean_ttft_s": "LLM time to first token (mean)",
     "fragmentation": "fragmentation (stranded GPUs)",
     "lost_gpu_hours": "GPU-hours lost to restarts",
+    "resizes": "elastic gangs shrunk or grown",
     "makespan_s": "makespan",
 }
 # The goals DESIGN.md sets: a threshold ("<= 0.05") is met or missed; "higher"/"lower" ranks the policies.

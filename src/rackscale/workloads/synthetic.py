@@ -88,6 +88,9 @@ class SyntheticConfig:
     queues: tuple[str, ...] = ("research", "production", "interns")
     median_duration_s: float = 1144.0
     llm_share: float = 0.5  # of the training gangs of >= 8 GPUs, and of the services: a real model
+    # Of the other training gangs of >= 2 GPUs: elastic ones (minGpus = half, maxGpus = twice the size asked,
+    # within the cluster). 0 in the embedded default (no published trace says how many jobs are elastic).
+    elastic_share: float = 0.0
     seed: int = 0
 
 
@@ -112,6 +115,7 @@ def _llm_training(rng: random.Random, gpus: int) -> LlmWork:
 def synthetic_jobs(cfg: SyntheticConfig) -> list[JobSpec]:
     rng = random.Random(cfg.seed)
     llm_rng = random.Random(f"rackscale-llm-{cfg.seed}")  # its own stream: the rest of the mix is unchanged
+    elastic_rng = random.Random(f"rackscale-elastic-{cfg.seed}")  # likewise
     sizes: dict[int, float] = {k: float(v) for k, v in PHILLY_SIZE_COUNTS.items()}
     sizes[1] *= cfg.single_gpu_weight
     cap = cfg.max_gpus
@@ -135,10 +139,14 @@ def synthetic_jobs(cfg: SyntheticConfig) -> list[JobSpec]:
             # Bytes all-reduced per step grow with the model, which grows with the job.
             comm = CommProfile(bytes_per_step=2e8 * max(1, gpus) ** 0.5 * 4, compute_s_per_step=0.5)
             llm = _llm_training(llm_rng, gpus) if gpus >= 8 and llm_rng.random() < cfg.llm_share else None
+            sizes_kw: dict[str, int] = {}
+            if cfg.elastic_share and llm is None and gpus >= 2 and elastic_rng.random() < cfg.elastic_share:
+                sizes_kw = {"min_gpus": gpus // 2, "max_gpus": min(2 * gpus, cap) if cap is not None else 2 * gpus}
             out.append(
                 training(
                     f"train-{i:05d}",
                     gpus,
+                    **sizes_kw,  # type: ignore[arg-type]
                     priority=rng.choice((0, 0, 0, 100)),
                     comm=comm,
                     checkpoint_interval_s=1800.0,

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import and_, bindparam, select, update
 from sqlalchemy.engine import Connection
 
-from rackscale.service.live import COMPLETED, FAILED, PREEMPTED, SCHEDULED, WAITING, Change
+from rackscale.service.live import COMPLETED, FAILED, PREEMPTED, RESIZED, SCHEDULED, WAITING, Change
 from rackscale.service.phase import ACTIVE, JobPhase
 from rackscale.service.store.rows import encode_placement
 from rackscale.service.store.schema import INSERT_EVENT, jobs
@@ -21,6 +21,7 @@ from rackscale.service.store.schema import INSERT_EVENT, jobs
 TRANSITIONS: dict[str, tuple[tuple[JobPhase, ...], JobPhase | None]] = {
     SCHEDULED: ((JobPhase.PENDING,), JobPhase.RUNNING),
     PREEMPTED: ((JobPhase.RUNNING,), JobPhase.PENDING),
+    RESIZED: ((JobPhase.RUNNING,), None),  # an elastic gang goes on at another size: only its placement changes
     COMPLETED: ((JobPhase.RUNNING,), JobPhase.COMPLETED),
     FAILED: (ACTIVE, JobPhase.FAILED),
     WAITING: ((JobPhase.PENDING,), None),
@@ -81,6 +82,8 @@ def _params(ch: Change, seq: int, status: str) -> dict[str, Any]:
     if ch.type == SCHEDULED:
         p["b_time"] = ch.time
         p["b_placement"] = encode_placement(ch.placement) if ch.placement is not None else None
+    elif ch.type == RESIZED:
+        p["b_placement"] = encode_placement(ch.placement) if ch.placement is not None else None
     elif ch.type in (COMPLETED, FAILED):
         p["b_time"] = ch.time
         p["b_exit_code"] = ch.exit_code
@@ -100,6 +103,7 @@ _ENDED: dict[str, Any] = {"ended": bindparam("b_time"), "exit_code": bindparam("
 _UPDATES: dict[str, Any] = {
     SCHEDULED: _update(started=bindparam("b_time"), placement=bindparam("b_placement")),
     PREEMPTED: _update(placement=None, restarts=jobs.c.restarts + 1),
+    RESIZED: _update(placement=bindparam("b_placement")),
     COMPLETED: _update(**_ENDED),
     FAILED: _update(**_ENDED),
     WAITING: _update(),

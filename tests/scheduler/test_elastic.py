@@ -1,0 +1,168 @@
+"""Elastic training gangs (``minGpus``/``maxGpus``): start smaller, shrink for waiting work, grow into idle GPUs.
+
+The clusters are two racks of two 4-GPU nodes unless a case says otherwise::
+
+    region-0
+    ├── r000: n00 [....] n01 [....]
+    └── r001: n00 [....] n01 [....]
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from tests.scheduler.builders import ClusterBuilder, gpus_by_rack, placed, render, run_cycle
+
+from rackscale.model import training
+from rackscale.model.workload import JobSpec
+from rackscale.scheduler import PROFILES, Profile
+from rackscale.scheduler.decisions import ResizeKind
+from rackscale.scheduler.elastic import MIN_RESIZE_INTERVAL_S
+
+FIXED = replace(PROFILES["rackscale"], name="rackscale-fixed", elastic=False)
+LATER = MIN_RESIZE_INTERVAL_S + 1.0
+
+
+def elastic(name: str, gpus: int, lo: int, hi: int, **kw: object) -> JobSpec:
+    return training(name, gpus, min_gpus=lo, max_gpus=hi, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("free_in_rack0", "want", "lo", "expect_gpus"),
+    [
+        (8, 8, 2, 8),  # fits as asked
+        (6, 8, 2, 6),  # the emptiest rack holds 6 of the 8 asked: starts on 6, in one rack
+        (2, 8, 4, None),  # fewer than its minimum free anywhere: waits
+    ],
+    ids=["as-asked", "smaller-in-one-rack", "below-minimum-waits"],
+)
+def test_an_elastic_gang_starts_smaller_rather_than_wait(
+    free_in_rack0: int, want: int, lo: int, expect_gpus: int | None
+) -> None:
+    b = ClusterBuilder().racks(2)
+    if free_in_rack0 < 8:
+        b = b.with_running("busy0", gpus=8 - free_in_rack0, rack=0, preemptible=False)
+    state = b.with_running("busy1", gpus=7, rack=1, preemptible=False).build()
+    d = run_cycle(state, [elastic("e", want, lo, want)], now=10.0)
+    if expect_gpus is None:
+        assert not d.placed, render(state)
+        return
+    p = placed(d, "e")
+    assert p.placement.whole_gpus == expect_gpus
+    assert len(gpus_by_rack(state, p.placement)) == 1, render(state)
+    assert p.spec.units == want  # the job is the one asked for; only its placement is smaller
+
+
+def test_a_profile_without_elastic_runs_the_gang_at_its_size() -> None:
+    state = ClusterBuilder().racks(2).with_running("busy", gpus=2, rack=0, preemptible=False).build()
+    state_busy1 = ClusterBuilder().racks(2).with_running("b0", gpus=2, rack=0, preemptible=False)
+    state = state_busy1.with_running("b1", gpus=7, rack=1, preemptible=False).build()
+    d = run_cycle(state, [elastic("e", 8, 2, 8)], now=10.0, profile=FIXED)
+    assert not d.placed
+
+
+@pytest.mark.parametrize(
+    ("waiting_priority", "expect_floor_gpus"),
+    [
+        (0, 4),  # same priority: only what it grew into beyond its 4 goes back
+        (100, 2),  # higher priority: down to its minimum
+    ],
+    ids=["equal-priority-takes-the-growth", "higher-priority-takes-down-to-min"],
+)
+def test_shrink_gives_back_gpus_for_a_waiting_job(waiting_priority: int, expect_floor_gpus: int) -> None:
+    # r000 holds the elastic gang e (asked 4, min 2, max 8) grown to all 8 GPUs; r001 is full.
+    e = elastic("e", 4, 2, 8)
+    state = (
+        ClusterBuilder()
+        .racks(2)
+        .with_running("e", on={(0, 0): 4, (0, 1): 4}, spec=e)
+        .with_running("full", gpus=8, rack=1, preemptible=False)
+        .build()
+    )
+    want = 8 - expect_floor_gpus
+    d = run_cycle(state, [training("w", want, priority=waiting_priority)], now=100.0)
+    assert [z.spec.name for z in d.resized] == ["e"]
+    z = d.resized[0]
+    assert z.kind is ResizeKind.SHRUNK
+    assert z.placement.whole_gpus == expect_floor_gpus and z.units_before == 8
+    assert "shrunk from 8 to" in z.reason and "w" not in z.reason.split(":")[0]
+    assert gpus_by_rack(state, placed(d, "w").placement) == {0: want}
+    assert not d.preemptions  # shrinking spared a preemption
+
+
+def test_shrink_never_takes_from_a_higher_priority_gang_nor_below_the_rule() -> None:
+    e = elastic("e", 4, 2, 8, priority=100)
+    state = (
+        ClusterBuilder()
+        .racks(2)
+        .with_running("e", on={(0, 0): 4, (0, 1): 4}, spec=e)
+        .with_running("full", gpus=8, rack=1, preemptible=False)
+        .build()
+    )
+    d = run_cycle(state, [training("w", 2, priority=0)], now=100.0)
+    assert not d.resized and not d.placed
+    # An equal-priority job cannot take it below what it asked for (4): 6 GPUs would need that.
+    e0 = elastic("e", 4, 2, 8)
+    state = (
+        ClusterBuilder()
+        .racks(2)
+        .with_running("e", on={(0, 0): 4, (0, 1): 4}, spec=e0)
+        .with_running("full", gpus=8, rack=1, preemptible=False)
+        .build()
+    )
+    d = run_cycle(state, [training("w", 6)], now=100.0, profile=replace(PROFILES["rackscale"], victims=""))
+    assert not d.resized and not d.placed
+
+
+@pytest.mark.parametrize(
+    ("now", "rack1_busy", "expect_gpus"),
+    [
+        (LATER, 0, 8),  # its rack's other node is free: grows to its max there
+        (10.0, 0, None),  # started too recently: no growth (no flapping)
+        (LATER, 8, 8),  # the other rack is full: it grows in its own rack anyway
+    ],
+    ids=["grows-in-its-rack", "too-soon", "other-rack-full"],
+)
+def test_grow_takes_free_gpus_of_its_own_racks(now: float, rack1_busy: int, expect_gpus: int | None) -> None:
+    e = elastic("e", 4, 2, 12)
+    b = ClusterBuilder().racks(2).with_running("e", on={(0, 0): 4}, spec=e, expected_end=now + 36_000)
+    if rack1_busy:
+        b = b.with_running("full", gpus=rack1_busy, rack=1, preemptible=False)
+    state = b.build()
+    d = run_cycle(state, [], now=now)
+    if expect_gpus is None:
+        assert not d.resized
+        return
+    (z,) = d.resized
+    assert z.kind is ResizeKind.GROWN and z.placement.whole_gpus == expect_gpus
+    assert set(gpus_by_rack(state, z.placement)) == {0}, "growth never leaves the gang's rack"
+    assert state.running["e"].placement.units == expect_gpus
+
+
+def test_grow_does_not_pay_for_a_job_about_to_end() -> None:
+    e = elastic("e", 4, 2, 8)
+    state = ClusterBuilder().racks(2).with_running("e", on={(0, 0): 4}, spec=e, expected_end=LATER + 120).build()
+    assert not run_cycle(state, [], now=LATER).resized
+
+
+def test_grow_leaves_a_reservations_racks_alone() -> None:
+    # A 16-GPU gang waits for both racks (a reservation over r000 and r001): e may not grow into them.
+    e = elastic("e", 4, 2, 8)
+    state = (
+        ClusterBuilder()
+        .racks(2)
+        .with_running("e", on={(0, 0): 4}, spec=e, expected_end=LATER + 36_000)
+        .with_running("x", gpus=2, rack=1, preemptible=False, expected_end=LATER + 100)
+        .build()
+    )
+    d = run_cycle(state, [training("big", 16, submit_time=0.0)], now=LATER)
+    assert d.reservation is not None and d.reservation.job == "big"
+    assert not d.resized
+
+
+def test_profiles_list_the_elastic_switch() -> None:
+    assert PROFILES["rackscale"].elastic
+    baselines = ("first-fit", "best-fit", "slurm-tree", "tiresias", "kueue-tas", "slurm-block")
+    assert not any(PROFILES[name].elastic for name in baselines)  # the peers run every gang at its size
+    assert isinstance(FIXED, Profile)
