@@ -58,6 +58,9 @@ class ClusterState(CapacityState):
         # Jobs running on loan in a reservation's GPUs (``Placement.opportunistic``): the reservation
         # counts their GPUs as its own, and the reclaim action stops them when its holder can start.
         self.opportunistic: set[str] = set()
+        # Running elastic gangs that may be resized (``JobSpec.is_elastic``, preemptible): the scheduler's
+        # shrink and growth visit these, never every running job.
+        self.elastic: set[str] = set()
         # Expected ends of running jobs, kept sorted (backfill and the split decision read them in order).
         self._ends: SortedList = SortedList()
         # Per node, the buckets its whole-free count moves in (``_whole_moved``), looked up once here
@@ -117,6 +120,8 @@ class ClusterState(CapacityState):
             memory_mib += a.memory_mib
         if placement.opportunistic:
             self.opportunistic.add(name)
+        if spec.preemptible and spec.is_elastic:
+            self.elastic.add(name)
         if spec.preemptible:
             self.preemptible_priorities[spec.priority] += 1
         if expected_end is not None:
@@ -146,6 +151,7 @@ class ClusterState(CapacityState):
         if rj.expected_end is not None:
             self._ends.discard((rj.expected_end, name))
         self.opportunistic.discard(name)
+        self.elastic.discard(name)
         spec = rj.spec
         if spec.preemptible:
             held = self.preemptible_priorities

@@ -43,6 +43,7 @@ def snapshot(state: ClusterState) -> dict[str, object]:
         "preemptible_priorities": {p: c for p, c in state.preemptible_priorities.items() if c},
         "rack_jobs": [sorted(s) for s in state.rack_jobs],
         "opportunistic": sorted(state.opportunistic),
+        "elastic": sorted(state.elastic),
         "node_jobs": [sorted(s) for s in state.node_jobs],
         "queue_usage": {
             q: (u.gpu_milli, u.cpu_milli, u.memory_mib, u.jobs)

@@ -92,4 +92,5 @@ class CycleDriver:
 def _may_grow(state: ClusterState) -> bool:
     """Some running elastic gang is below its maximum (only then can a cycle with nobody waiting decide
     anything)."""
-    return any(rj.spec.is_elastic and rj.placement.units < rj.spec.elastic_max_units for rj in state.running.values())
+    running = state.running
+    return any(running[n].placement.units < running[n].spec.elastic_max_units for n in state.elastic)

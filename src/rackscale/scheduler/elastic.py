@@ -152,6 +152,8 @@ class Shrink:
 def grow(cycle: Cycle, placer: Placer) -> None:
     """Grow running elastic gangs into the free GPUs of their own racks (see the module docstring)."""
     state, ctx = cycle.state, cycle.ctx
+    if not state.elastic:
+        return  # (every cycle asks: most clusters run no elastic gang)
     now = ctx.now
     held = cycle.reservation.racks if cycle.reservation is not None else frozenset()
     placed = {p.spec.name for p in cycle.placed}
@@ -196,7 +198,9 @@ def grow(cycle: Cycle, placer: Placer) -> None:
 
 
 def _elastic_running(state: StateView) -> list[RunningJob]:
-    return [rj for rj in state.running.values() if rj.spec.is_elastic and rj.spec.preemptible]
+    """The running elastic gangs (the state's index: no scan of the running jobs), in name order."""
+    running = state.running
+    return [running[name] for name in sorted(state.elastic)]
 
 
 def _floor(rj: RunningJob, job: JobSpec) -> int:
