@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from tests.deploy import exported
 from tests.deploy.engines import require
@@ -16,6 +17,9 @@ from tests.deploy.engines import require
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "rules.yml"
 RULES_TEST = DEPLOY / "prometheus" / "rules_test.yml"
+# The seed's alert table with real / modelled / both inputs (tests/deploy/test_telemetry_rules.py).
+TELEMETRY_TEST = DEPLOY / "prometheus" / "rules_telemetry_test.yml"
+UNIT_TESTS = (RULES_TEST, TELEMETRY_TEST)
 
 # The alerts the docs and the seed's monitoring table promise.
 EXPECTED_ALERTS = {
@@ -51,8 +55,9 @@ def test_promtool_check_rules() -> None:
     assert "SUCCESS" in r.stdout
 
 
-def test_promtool_unit_tests_pass() -> None:
-    r = promtool("test", "rules", RULES_TEST.name, cwd=RULES_TEST.parent)
+@pytest.mark.parametrize("unit_tests", UNIT_TESTS, ids=[p.stem for p in UNIT_TESTS])
+def test_promtool_unit_tests_pass(unit_tests: Path) -> None:
+    r = promtool("test", "rules", unit_tests.name, cwd=unit_tests.parent)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SUCCESS" in r.stdout
 
@@ -100,10 +105,10 @@ def test_every_alert_has_for_severity_summary_description() -> None:
 
 
 def test_every_alert_is_unit_tested_firing_and_not_firing() -> None:
-    doc = yaml.safe_load(RULES_TEST.read_text())
+    cases = [case for path in UNIT_TESTS for case in yaml.safe_load(path.read_text())["tests"]]
     firing: set[str] = set()
     silent: set[str] = set()
-    for case in doc["tests"]:
+    for case in cases:
         for check in case.get("alert_rule_test", []):
             (firing if check.get("exp_alerts") else silent).add(check["alertname"])
     assert firing >= EXPECTED_ALERTS, f"no firing case for {sorted(EXPECTED_ALERTS - firing)}"

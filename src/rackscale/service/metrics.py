@@ -150,7 +150,8 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
     yield GaugeMetricFamily("rackscale_gpus_on_loan", "GPUs those jobs hold.", value=loaned)
     yield GaugeMetricFamily(
         "rackscale_gpu_utilization_ratio",
-        "Allocated / healthy GPUs now.",
+        # Modelled (an allocation ratio, not measured GPU activity): the rules prefer DCGM / NVML when scraped.
+        "Modelled: allocated / healthy GPUs now (not measured activity; DCGM_FI_DEV_GPU_UTIL is, when scraped).",
         value=allocated / healthy if healthy else 0.0,
     )
 
@@ -203,7 +204,11 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
     yield ratio
 
     # Network latency per tier: the tier's latency plus queueing on its busiest link (M/M/1).
-    lat = _g("rackscale_network_latency_p99_seconds", "Modelled p99 latency per link tier.", ["tier"])
+    lat = _g(
+        "rackscale_network_latency_p99_seconds",
+        "Modelled (not measured) p99 latency per link tier: its latency plus M/M/1 queueing on its busiest link.",
+        ["tier"],
+    )
     busiest = max((live.monitor.uplink_utilisation(r.index) for r in c.racks), default=0.0)
     t = c.tiers
     tiers = {"nvlink": (t.nvlink, 0.0), "rdma": (t.rdma, busiest), "backbone": (t.backbone, busiest)}
