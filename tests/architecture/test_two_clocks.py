@@ -14,8 +14,8 @@ The workload makes each mechanism happen at least once (the test checks it did):
 rack that cross the uplinks of the rack they share (each one's speed depends on the other: contention), a
 whole-cluster gang that waits with a reservation while a small job runs in the gap, a high-priority gang
 that preempts (the victim restarts from scratch), and a job that can never fit (it fails with the reason).
-Not covered here: autoscaling and failures of parts, which only the simulator drives today (the host's
-mechanisms for both are the ones the service will call).
+Not covered here: autoscaling, failures of parts and drains (each has its own tests through both callers:
+tests/host, tests/service/test_runner_health.py, tests/service/test_nodes_api.py, tests/sim).
 """
 
 from __future__ import annotations

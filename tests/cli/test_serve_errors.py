@@ -44,6 +44,15 @@ CASES = [
     pytest.param(lambda t: ["--data-dir", str(t), "--backend", "local"], "--gpus", id="local-without-gpus"),
     pytest.param(lambda t: ["--data-dir", str(t), "--durability", "maybe"], "normal or full", id="durability"),
     pytest.param(lambda t: ["--data-dir", str(t), "--gpus", "0,x", "--backend", "local"], "comma-separated", id="gpus"),
+    pytest.param(
+        lambda t: ["--data-dir", str(t), "--prometheus-url", "file:///etc/passwd"],
+        "http:// or https://",
+        id="prom-file",
+    ),
+    pytest.param(lambda t: ["--data-dir", str(t), "--prometheus-url", "http://"], "with a host", id="prom-no-host"),
+    pytest.param(
+        lambda t: ["--data-dir", str(t), "--prometheus-url", "http://a\x1b[31m"], "http:// or https://", id="prom-ctl"
+    ),
 ]
 
 

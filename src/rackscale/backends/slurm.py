@@ -10,6 +10,9 @@ adopted, never submitted twice.
 
 ``poll`` asks ``scontrol show job --oneliner`` (one call for every job, at most every ``poll_interval_s``):
 there is no slurmdbd, so ``sacct`` is not used; ended jobs stay visible for ``MinJobAge`` (300 s by default).
+Each job is submitted ``--no-requeue``: when a node fails under it Slurm ends it NODE_FAIL, and rackscale (which
+owns the queue) requeues it wherever its scheduler places it next. ``health`` reads ``sinfo -N`` (at most every
+``poll_interval_s``, and at once after a poll saw a NODE_FAIL) into :class:`NodeHealth` (docs/backends.md).
 rackscale orders the queue and submits a job only when its nodes are free, pinned with ``--nodelist``, so
 Slurm's own priority never decides anything; the priority is passed on (``--priority``) only for what Slurm
 shows, and dropped once Slurm refuses it. With ``slurm_root`` the tools run in a chroot
@@ -28,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rackscale.backends.base import Exit, RunningJobRecord
+from rackscale.backends.health import NodeHealth
 from rackscale.model.errors import RackscaleError
 from rackscale.model.placement import Placement
 from rackscale.model.topology import GPUCluster
@@ -98,6 +102,9 @@ class SlurmBackend:
         self._cancelled: set[str] = set()  # Slurm ids we scancelled (never adopted again)
         self._last_poll: float | None = None
         self.pass_priority = True  # off once Slurm refuses --priority (only operators may set it)
+        self._health: list[NodeHealth] = []  # the last sinfo read (``health``)
+        self._health_at: float | None = None
+        self._node_failed = False  # a poll saw a NODE_FAIL: read the nodes' health now, not at the interval
 
     # ------------------------------------------------------------------ files
     def id_path(self, job: str) -> Path:
@@ -134,6 +141,7 @@ class SlurmBackend:
             f"--comment={self.tag}",
             f"--output={self.slurm.path(self.out_path(spec.name))}",
             f"--chdir={self.slurm.path(self.dir)}",
+            "--no-requeue",  # a node failure ends it (NODE_FAIL); rackscale requeues it where it places it next
         ]
         if any(per_node):
             if len(set(per_node)) == 1:
@@ -251,11 +259,23 @@ class SlurmBackend:
                 out.append(Exit(job, ok=False, reason=f"{LOST} (slurm job {job_id})"))
             elif sj.terminal:
                 out.append(exit_of(job, sj))
+                self._node_failed |= sj.state == "NODE_FAIL"
             else:
                 continue
             del self._jobs[job]
             self._reported.append(job)
         return out
+
+    def health(self, now: float) -> list[NodeHealth]:
+        """The nodes Slurm does not call healthy (``sinfo -N``), re-read at most every ``poll_interval_s``
+        unless a poll saw a job end NODE_FAIL (its node is down in this read: the runner requeues the job
+        before the failed exit reaches it). A failed read raises (the runner counts it, the host keeps what it
+        knew)."""
+        due = self._health_at is None or now - self._health_at >= self.poll_interval_s or now < self._health_at
+        if due or self._node_failed:
+            self._health = self.slurm.node_health()
+            self._health_at, self._node_failed = now, False
+        return list(self._health)
 
     def adopt(self, running: Mapping[str, RunningJobRecord], now: float) -> list[Exit]:
         try:

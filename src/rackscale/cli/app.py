@@ -13,7 +13,9 @@ from typer.core import TyperGroup
 
 from rackscale.cli.cancel import cancel
 from rackscale.cli.compare_arch import compare_arch
+from rackscale.cli.cordon import cordon
 from rackscale.cli.describe import describe
+from rackscale.cli.drain import drain
 from rackscale.cli.get import get
 from rackscale.cli.kube import kube_scheduler  # light: imports the kubernetes client when it runs
 from rackscale.cli.pack import pack
@@ -25,6 +27,7 @@ from rackscale.cli.slurm import app as slurm_app  # light: each command imports 
 from rackscale.cli.submit import submit
 from rackscale.cli.token import token
 from rackscale.cli.top import top
+from rackscale.cli.uncordon import uncordon
 from rackscale.cli.validate import validate
 
 # click's exception base, found through a class typer exports (recent typers vendor click as typer._click).
@@ -143,6 +146,9 @@ app.command()(submit)
 app.command()(get)
 app.command()(describe)
 app.command()(cancel)
+app.command()(cordon)
+app.command()(drain)
+app.command()(uncordon)
 app.command()(top)
 app.command(name="kube-scheduler")(kube_scheduler)
 app.command()(token)

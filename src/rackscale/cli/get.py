@@ -138,6 +138,7 @@ NODE_COLS: list[Col] = [
     ("GPUS", lambda n: n["gpus"]),
     ("ALLOCATED", lambda n: num(n["allocated"])),
     ("FAILED", lambda n: n["failed"]),
+    ("STATUS", lambda n: n.get("mode") or "schedulable"),  # cordoned, draining, drained (rackscale cordon/drain)
     ("JOBS", lambda n: len(n["jobs"])),
 ]
 NODE_WIDE: list[Col] = [

@@ -98,6 +98,15 @@ def serve(
     docs: Annotated[
         bool, typer.Option("--docs/--no-docs", help="Serve the interactive API docs at /docs (from a CDN).")
     ] = False,
+    prometheus_url: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus-url",
+            metavar="URL",
+            help="Prometheus to read inference services' load from (their autoscale.query), e.g. "
+            "http://127.0.0.1:9090; without it a service with a query holds its size.",
+        ),
+    ] = None,
     init: Annotated[
         bool,
         typer.Option(
@@ -116,6 +125,7 @@ def serve(
       rackscale serve --backend local --gpus 0,1        # run jobs' commands on this machine's GPUs 0 and 1
       rackscale serve --host 0.0.0.0 --tokens tokens.yaml --allowed-host sched.example.com
       rackscale serve --backend local --run-as rackscale-job --max-log-bytes 16777216
+      rackscale serve --prometheus-url http://127.0.0.1:9090   # services scale on their autoscale.query
 
     Profiles (--policy):
 
@@ -149,6 +159,11 @@ def serve(
             options["gpus"] = [int(g) for g in gpus.split(",") if g.strip()]
         except ValueError:
             fail(f"--gpus takes comma-separated GPU indexes, e.g. 0,1,2,3 (got {gpus!r})")
+    if prometheus_url is not None and not _http_url(prometheus_url):
+        fail(
+            "--prometheus-url must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:9090 "
+            f"(got {prometheus_url!r})"
+        )
     config = ServiceConfig(
         data_dir=data_dir,
         cluster=cl,
@@ -165,6 +180,7 @@ def serve(
         allowed_hosts=tuple(allowed_host or ()),
         docs=docs,
         init_store=init,
+        prometheus_url=prometheus_url,
     )
     umask = os.umask(0o077)  # the store, the generated token and logs: readable by the service user only
     try:
@@ -205,3 +221,16 @@ def serve(
         svc.close()
         if token_file is not None and svc.admin_token is not None:
             remove_token(port, svc.admin_token)
+
+
+def _http_url(text: str) -> bool:
+    """An http(s) URL with a host and nothing a terminal or a log would mangle."""
+    from urllib.parse import urlsplit
+
+    if len(text) > 2048 or not text.isprintable():
+        return False
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)

@@ -98,6 +98,12 @@ def simulate(
     gpu_mtbf_h: float | None = typer.Option(None, "--gpu-mtbf-h", help="Mean hours between failures of one GPU."),
     node_mtbf_h: float | None = typer.Option(None, "--node-mtbf-h", help="Mean hours between failures of a node."),
     uplink_mtbf_h: float | None = typer.Option(None, "--uplink-mtbf-h", help="Mean hours between uplink failures."),
+    maintenance: list[str] = typer.Option(
+        [],
+        "--maintenance",
+        metavar="RACK@START+DURATION[~GRACE]",
+        help="A planned rack drain, e.g. r000@2h+4h~10m (repeat for more): its jobs stop after the grace.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output: {'runs': [...]}."),
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="table, json or yaml."),
     report: Path | None = typer.Option(None, "--report", help="Also write a self-contained HTML report here."),
@@ -118,7 +124,8 @@ def simulate(
       rackscale simulate --racks 8 --baseline slurm-tree --baseline best-fit\n
       rackscale simulate --elastic-share 0.5 --baseline tiresias\n
       rackscale simulate --trace philly:../shared/traces/philly/philly.csv --racks 32 --arrival-scale 4\n
-      rackscale simulate --cluster examples/seed-gpucluster.yaml --json
+      rackscale simulate --cluster examples/seed-gpucluster.yaml --json\n
+      rackscale simulate --maintenance r000@6h+4h~10m     # what a rack drain costs
     """
     from rackscale.scheduler import PROFILES
     from rackscale.sim.faults import FaultConfig
@@ -142,6 +149,17 @@ def simulate(
         elastic_share=elastic_share,
     )
     faults = FaultConfig(gpu_mtbf_h=gpu_mtbf_h, node_mtbf_h=node_mtbf_h, uplink_mtbf_h=uplink_mtbf_h)
+    from rackscale.host.drains import DrainError
+    from rackscale.sim.maintenance import parse_window
+
+    try:
+        windows = tuple(parse_window(w) for w in maintenance)
+    except DrainError as e:
+        fail(f"--maintenance: {e}")
+    rack_names = {r.name for r in cluster.racks}
+    for w in windows:
+        if w.rack not in rack_names:
+            fail(f"--maintenance: no rack named {w.rack!r} in this cluster")
     policies = list(dict.fromkeys((policy, *baselines)))
     runs: list[dict[str, Any]] = []
     results = []
@@ -165,7 +183,7 @@ def simulate(
                     last[0] = t
                     bar.update(task, completed=done)
 
-            config = SimConfig(policy=p, seed=seed, faults=faults, estimates=estimates.value)
+            config = SimConfig(policy=p, seed=seed, faults=faults, estimates=estimates.value, maintenance=windows)
             result = Simulator(cluster, jobs, config).run(on_progress=tick)
             results.append(result)
             runs.append({"policy": p, "kpis": result.kpis.as_dict(), "failed_reasons": result.failed_reasons()})

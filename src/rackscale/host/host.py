@@ -19,7 +19,9 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from rackscale.host.changes import Change, ChangeKind
+from rackscale.host.drains import DrainsMixin
 from rackscale.host.kpis import KpiAccumulator
+from rackscale.host.parts import PartsMixin
 from rackscale.host.perf import samples_per_step
 from rackscale.host.progress import BytesMoved, EndSink, Progress, ignore_ends
 from rackscale.host.runs import Estimates, JobRun, RunStatus, RuntimeDefaults
@@ -52,7 +54,7 @@ class HostOptions:
     defaults: RuntimeDefaults = field(default_factory=RuntimeDefaults)
 
 
-class ClusterHost(ServicesMixin):
+class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin):
     def __init__(
         self,
         cluster: GPUCluster,
@@ -162,7 +164,7 @@ class ClusterHost(ServicesMixin):
     # ------------------------------------------------------------------ the cycle
     def cycle(self, now: float) -> list[Change]:
         """Run this instant's scheduling cycle (if anything could newly fit) and apply its decisions."""
-        held, self._held = self._held, []
+        held, self._held = self._held + self.drains_due(now), []  # drains whose grace ran out stop first
         d = self.cycles.run(self.sched, self.state, self.pending, now, attained=self.attained)
         return held if d is None else held + self.apply(d, now)
 
@@ -236,7 +238,8 @@ class ClusterHost(ServicesMixin):
         if last is None or now <= last:
             return
         dt = now - last
-        healthy = self.cluster.total_gpus - self.state.failed_gpus_count
+        # Failed GPUs, and cordoned ones no job holds, are out of service: neither available nor idle.
+        healthy = self.cluster.total_gpus - self.state.failed_gpus_count - self.state.cordoned_idle_count
         allocated = self.state.used_milli / MILLI_PER_GPU
         self.kpi.interval(
             dt=dt,

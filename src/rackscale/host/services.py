@@ -1,7 +1,11 @@
 """Inference services on the host: capacity, the daily demand they serve, and autoscaling.
 
 A mixin of :class:`rackscale.host.host.ClusterHost` (it reads the host's state and queue). The simulator
-calls ``_autoscale`` on its periodic tick; the accounting (``_serve``) runs under both clocks.
+calls ``_autoscale`` on its periodic tick (each service follows its model, no stabilisation: its numbers);
+the service's runner calls ``autoscale`` every 15 s with the loads it read (Prometheus, or the model) and
+``scaled`` after each cycle, and persists the RESIZED changes they return. Both scale the same way: a
+scale-up is queued as pending work the scheduler places like any job, a scale-down removes replicas.
+The accounting (``_serve``) runs under both clocks.
 
 A service that names its model (``spec.llm``) is timed replica by replica on the replica's own layout (a
 TP-16 replica split over two racks serves less), and each interval also scores what its users see: the
@@ -13,10 +17,22 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from rackscale.host import serving
+from rackscale.host.autoscale import (
+    HPA_DEFAULT,
+    Load,
+    NoLoad,
+    Reading,
+    ScaleBehaviour,
+    Stabiliser,
+    describe,
+    replicas_for,
+)
+from rackscale.host.changes import Change, ChangeKind
 from rackscale.host.kpis import KpiAccumulator
 from rackscale.host.perf import Layout, replica_tokens_per_s
 from rackscale.host.runs import JobRun
@@ -25,7 +41,7 @@ from rackscale.llm.jobs import ReplicaServing
 from rackscale.model.placement import Placement
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster
-from rackscale.model.workload import JobSpec, ServingProfile
+from rackscale.model.workload import JobSpec, ScaleFallback, ServingProfile
 from rackscale.scheduler import PendingQueue
 from rackscale.scheduler.cycles import CycleDriver
 
@@ -35,6 +51,41 @@ _DEFAULT_PROFILE = ServingProfile()
 @functools.lru_cache(maxsize=64)
 def _llm_default(osl: int) -> ServingProfile:
     return ServingProfile(tokens_per_request=float(osl))
+
+
+def autoscaled(spec: JobSpec) -> bool:
+    """The live service scales only the services that ask for it: an ``autoscale`` block, or bounds."""
+    return spec.autoscale is not None or spec.min_units > 0 or spec.max_units > 0
+
+
+def _bounds(spec: JobSpec) -> tuple[int, int]:
+    """``[minReplicas or 1, maxReplicas or replicas]`` (the HPA's minReplicas defaults to 1 too)."""
+    lo = spec.min_units or 1
+    return lo, max(spec.max_units or spec.units, lo)
+
+
+@dataclass(frozen=True, slots=True)
+class AutoscaleStep:
+    """What one live autoscaling pass did: the scale-downs (RESIZED changes, now), and the services it
+    held where they are, with why (their query had no answer and ``fallback: hold``)."""
+
+    changes: list[Change]
+    held: dict[str, str]
+
+
+@dataclass(slots=True)
+class _Queued:
+    """A scale-up waiting for the scheduler: the replicas before it, why, and the run it was asked for."""
+
+    have: int
+    why: str
+    generation: int
+
+
+@dataclass(slots=True)
+class _LiveScaling:
+    stabilisers: dict[str, Stabiliser] = field(default_factory=dict)
+    queued: dict[str, _Queued] = field(default_factory=dict)
 
 
 class ServicesMixin:
@@ -49,9 +100,13 @@ class ServicesMixin:
     # LLM services only: each distinct replica speed and how many replicas run at it (set by _rescale)
     _llm_replicas: dict[str, tuple[tuple[ReplicaServing, int], ...]]
 
+    _live_scaling: _LiveScaling  # created on first use (the live autoscaler's memory)
+
     if TYPE_CHECKING:  # the host's
 
         def _enqueue(self, spec: JobSpec) -> None: ...
+
+        def _dequeue(self, name: str) -> None: ...
 
     def _profile(self, spec: JobSpec) -> ServingProfile:
         """The service's load curve; an LLM service without one asks for its ``osl`` tokens per request."""
@@ -83,29 +138,115 @@ class ServicesMixin:
         self._llm_replicas[r.spec.name] = tuple(counts.items())
 
     def _autoscale(self, now: float) -> bool:
-        """Returns whether replicas were removed (capacity freed); scale-ups are queued as fresh work."""
+        """The simulator's tick: every service follows its model. Returns whether replicas were removed
+        (capacity freed); scale-ups are queued as fresh work."""
         freed = False
         for name in sorted(self.serving_jobs):
             r = self.runs[name]
-            spec = r.spec
-            rj = self.state.running[spec.name]
-            prof = self._profile(spec)
-            lo = spec.min_units or 1
-            hi = spec.max_units or spec.units
-            want = serving.desired_replicas(
-                demand_tps=serving.demand_tokens_per_s(prof, now),
-                replica_tps=r.replica_tps,
-                target=prof.target_utilisation,
-                lo=lo,
-                hi=max(hi, lo),
-            )
-            have = rj.placement.units
-            if want > have and spec.name not in self.pending:
-                self._enqueue(replace(spec, units=want, min_units=have + 1))  # noted as arrived for the cycle
+            have = self.state.running[name].placement.units
+            want, _ = self._modelled(r, now)
+            if want > have and name not in self.pending:
+                self._scale_up(r, have, want)
             elif want < have:
                 self._scale_down(r, have - want)
                 freed = True
         return freed
+
+    def autoscale(
+        self, now: float, *, readings: Mapping[str, Reading], behaviour: ScaleBehaviour = HPA_DEFAULT
+    ) -> AutoscaleStep:
+        """The live autoscaler (the runner calls it every ``behaviour.every_s``): each autoscaled service
+        goes to the replicas its load asks for, stabilised (:class:`Stabiliser`). ``readings``: the load
+        of each service with a query. A scale-down happens now (a RESIZED change); a scale-up is queued
+        for the scheduler like any job and reported by :meth:`scaled` once a cycle placed it."""
+        mem = self._scaling_memory()
+        for gone in set(mem.stabilisers) - self.serving_jobs:
+            del mem.stabilisers[gone]
+        out: list[Change] = []
+        held: dict[str, str] = {}
+        for name in sorted(self.serving_jobs):
+            r = self.runs[name]
+            if not autoscaled(r.spec):
+                continue
+            have = self.state.running[name].placement.units
+            decided = self._desired(r, now, readings.get(name), have)
+            if isinstance(decided, str):
+                held[name] = decided
+                continue
+            raw, why = decided
+            want = mem.stabilisers.setdefault(name, Stabiliser()).stabilise(
+                now=now, desired=raw, current=have, behaviour=behaviour
+            )
+            queued = self.pending.get(name)  # a running service's only pending entry: its scale-up
+            if want > have:
+                if queued is None or queued.units != want:
+                    self._scale_up(r, have, want)
+                mem.queued[name] = _Queued(have, why, r.generation)
+                continue
+            if queued is not None:  # no longer needed
+                self._dequeue(name)
+                mem.queued.pop(name, None)
+            if want < have:
+                self._scale_down(r, have - want)
+                after = self.state.running[name].placement
+                if after.units < have:
+                    self.cycles.freed = True
+                    msg = f"scaled down {have} -> {after.units} replicas: {why}"
+                    out.append(Change(name, ChangeKind.RESIZED, now, "ScaledDown", msg, after))
+        return AutoscaleStep(out, held)
+
+    def scaled(self, now: float) -> list[Change]:
+        """After a cycle: a RESIZED change for each queued scale-up it placed (the store keeps the new
+        placement, the backend starts the replicas)."""
+        mem = self._scaling_memory()
+        out: list[Change] = []
+        for name in sorted(mem.queued):
+            q = mem.queued[name]
+            r = self.runs.get(name)
+            rj = self.state.running.get(name)
+            if r is None or rj is None or r.generation != q.generation:  # stopped since: its own changes say so
+                del mem.queued[name]
+                continue
+            if name in self.pending:
+                continue  # still waiting for room
+            del mem.queued[name]
+            if rj.placement.units > q.have:
+                msg = f"scaled up {q.have} -> {rj.placement.units} replicas: {q.why}"
+                out.append(Change(name, ChangeKind.RESIZED, now, "ScaledUp", msg, rj.placement))
+        return out
+
+    def _scaling_memory(self) -> _LiveScaling:
+        if not hasattr(self, "_live_scaling"):
+            self._live_scaling = _LiveScaling()
+        return self._live_scaling
+
+    def _modelled(self, r: JobRun, now: float) -> tuple[int, str]:
+        """Replicas the service's own model asks for now (its daily curve over its replicas' capacity)."""
+        prof = self._profile(r.spec)
+        lo, hi = _bounds(r.spec)
+        demand = serving.demand_tokens_per_s(prof, now)
+        want = serving.desired_replicas(
+            demand_tps=demand, replica_tps=r.replica_tps, target=prof.target_utilisation, lo=lo, hi=hi
+        )
+        how = f"{r.replica_tps:,.0f} tokens/s per replica at {prof.target_utilisation:.0%}"
+        return want, f"load {demand:,.0f} tokens/s (the service's model), {how}"
+
+    def _desired(self, r: JobRun, now: float, reading: Reading | None, have: int) -> tuple[int, str] | str:
+        """``(replicas, why)`` from the service's query (or its model), or why it holds where it is."""
+        a = r.spec.autoscale
+        if a is None or a.query is None or a.target is None:
+            return self._modelled(r, now)
+        if isinstance(reading, Load):
+            lo, hi = _bounds(r.spec)
+            return replicas_for(load=reading, target=a.target, current=have, lo=lo, hi=hi), describe(reading, a.target)
+        why = reading.why if isinstance(reading, NoLoad) else "its query was not read"
+        if a.fallback is ScaleFallback.HOLD:
+            return f"holding {have} replicas: no load from its query ({why})"
+        want, model = self._modelled(r, now)
+        return want, f"{model}; its query has no answer ({why})"
+
+    def _scale_up(self, r: JobRun, have: int, want: int) -> None:
+        self._enqueue(replace(r.spec, units=want, min_units=have + 1))  # noted as arrived for the cycle
 
     def _scale_down(self, r: JobRun, n: int) -> None:
         """Remove ``n`` replicas that each hold one slice (the last placed first)."""

@@ -90,6 +90,14 @@ def whole(q: object) -> int:
     return int(parse_quantity(q).to_integral_value(rounding="ROUND_CEILING"))
 
 
+def gpu_counts(node: Obj, gpu_resource: str) -> tuple[int, int]:
+    """(capacity, allocatable) GPUs; capacity is allocatable when the node does not say it (kube.health)."""
+    status = node.get("status") or {}
+    alloc = whole((status.get("allocatable") or {}).get(gpu_resource, 0))
+    cap = (status.get("capacity") or {}).get(gpu_resource)
+    return max(whole(cap), alloc) if cap is not None else alloc, alloc
+
+
 def node_available(node: Obj) -> bool:
     """Ready and not cordoned: rackscale places new pods only there."""
     if (node.get("spec") or {}).get("unschedulable"):
@@ -106,7 +114,7 @@ def node_decl(node: Obj, keys: LabelKeys) -> NodeDecl:
     name = str(md["name"])
     labels = md.get("labels") or {}
     alloc = (node.get("status") or {}).get("allocatable") or {}
-    gpus = whole(alloc.get(keys.gpu_resource, 0))
+    gpus, _ = gpu_counts(node, keys.gpu_resource)  # capacity: a GPU gone from allocatable is failed, not removed
     return NodeDecl(
         name=name,
         rack=str(labels.get(keys.rack) or f"node:{name}"),

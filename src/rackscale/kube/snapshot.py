@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rackscale.kube.cluster import LabelKeys, node_available
+from rackscale.kube.cluster import LabelKeys
+from rackscale.kube.health import node_health
 from rackscale.kube.pods import is_terminated, pod_request
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.state import ClusterState
@@ -42,7 +43,9 @@ def build_state(
     labels: LabelKeys,
 ) -> ClusterState:
     """Every live pod that holds a node (``where`` says which: its nodeName, or one we bound or are undoing
-    that the watch has not shown yet) holds its requests there; unavailable nodes are failed."""
+    that the watch has not shown yet) holds its requests there. A node that takes no new pods
+    (:func:`rackscale.kube.health.node_health`: not Ready, cordoned, tainted) is failed, and so are the
+    GPUs its capacity counts above its allocatable."""
     state = ClusterState(cluster)
     index = {n.name: n.index for n in cluster.nodes}
     for key, pod in pods.items():
@@ -59,6 +62,13 @@ def build_state(
         spec = batch(f"bound:{key}", gpus=g, cpu_milli=cpu, memory_mib=mem, preemptible=False)
         state.allocate(spec, Placement(spec.name, (alloc,), 1), now=0.0, health=False)
     for node in nodes.values():
-        if not node_available(node):
-            state.fail_node(index[node_key(node)])
+        h = node_health(node, labels.gpu_resource)
+        at_index = index.get(node_key(node))
+        if h is None or at_index is None:
+            continue
+        for g in h.failed_gpus:
+            if g < cluster.nodes[at_index].gpus:
+                state.fail_gpu(at_index, g)
+        if h.state.failed:
+            state.fail_node(at_index)
     return state

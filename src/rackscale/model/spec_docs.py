@@ -195,6 +195,20 @@ class SpreadDoc(_Doc):
     racks: int = Field(2, ge=1, le=MAX_UNITS, examples=[2])  # at most a rack per replica (checked in specs)
 
 
+MAX_QUERY = 4096  # a PromQL expression; longer is a mistake (or an attack), not a query
+
+
+class AutoscaleDoc(_Doc):
+    """``autoscale:`` on an inference job: the live load signal (docs/specs.md, Autoscaling)."""
+
+    query: CommandWord | None = Field(
+        None, max_length=MAX_QUERY, examples=["sum(rate(vllm:generation_tokens_total[1m]))"]
+    )
+    metric: Literal["tokens_per_second", "requests_per_second", "latency_seconds"] = "tokens_per_second"
+    target: float | None = Field(None, gt=0, le=1e12, examples=[2000])
+    fallback: Literal["hold", "model"] = "hold"
+
+
 class CommDoc(_Doc):
     bytes_per_step: float = Field(0.0, ge=0)
     compute_seconds_per_step: float = Field(1.0, gt=0)
@@ -270,6 +284,7 @@ class JobBodyDoc(_Doc):
     queue: Name = "default"
     topology: JobTopologyDoc | None = None
     spread: SpreadDoc | None = Field(None, examples=["{racks: 2}"])  # inference only
+    autoscale: AutoscaleDoc | None = Field(None, examples=["{query: 'sum(rate(x[1m]))', target: 2000}"])  # inference
     comm: CommDoc | None = None
     llm: LlmDoc | None = None
     checkpoint_interval_seconds: float | None = Field(None, gt=0)

@@ -178,6 +178,8 @@ def _convert(err: ErrorDetails, root: type[BaseModel]) -> SpecProblem:
         info = _field(root, loc)
         n, limit = ctx.get("actual_length"), ctx.get("min_length", ctx.get("max_length"))
         rule = f"at least {limit}" if kind == "too_short" else f"at most {limit}"
+        if isinstance(err.get("input"), str):  # a length bound on a text field (not a list): characters
+            return SpecProblem(loc, f"is {n} characters long, needs {rule}", f"shorten it to {rule} characters")
         hint = info.description if info and info.description else f"give {rule} entries"
         return SpecProblem(loc, f"has {n} entries, needs {rule}", hint)
     if kind == "string_pattern_mismatch":

@@ -36,13 +36,16 @@ from rackscale.model.topology import (
 from rackscale.model.workload import (
     BUILTIN_PRIORITY_CLASSES,
     LLM_MOE_MODELS,
+    AutoscaleSpec,
     CommProfile,
     JobKind,
     JobSpec,
     Level,
     LlmWork,
+    LoadMetric,
     PreemptionPolicy,
     Resources,
+    ScaleFallback,
     TopologyConstraint,
 )
 
@@ -498,11 +501,35 @@ def _spread(b: d.JobBodyDoc, units: int, out: _Problems) -> int:
     return b.spread.racks
 
 
+def _autoscale(b: d.JobBodyDoc, out: _Problems) -> AutoscaleSpec | None:
+    """``autoscale``: inference only; a query needs its target, and a target means nothing without one."""
+    a = b.autoscale
+    if a is None:
+        return None
+    if b.kind != "inference":
+        out.add(("autoscale",), f"not used by {b.kind} jobs", "autoscale applies to inference replicas; remove it")
+        return None
+    if a.query is not None and not a.query.strip():
+        out.add(("autoscale", "query"), "is blank", "give a PromQL expression, or remove query to use the model")
+    if a.query is not None and a.target is None:
+        unit = "per replica" if LoadMetric(a.metric).is_rate else "to keep"
+        out.add(("autoscale", "target"), "required with a query", f"give the {a.metric} {unit}, e.g. target: 2000")
+    if a.query is None:
+        for key in ("target", "metric", "fallback"):
+            if key in a.model_fields_set:
+                out.add(("autoscale", key), "applies to a query's load only",
+                        f"add autoscale.query, or remove {key} (the service's own model drives it)")  # fmt: skip
+    return AutoscaleSpec(
+        query=a.query, metric=LoadMetric(a.metric), target=a.target, fallback=ScaleFallback(a.fallback)
+    )
+
+
 def _job(name: str, b: d.JobBodyDoc, prefix: Loc, classes: Mapping[str, int] | None) -> JobSpec:
     out = _Problems(prefix, [])
     gpus, milli, units = _unit(b, out)
     spread_racks = _spread(b, units, out)
     priority = _priority(b, classes, out)
+    autoscale = _autoscale(b, out)
     llm = _llm(b, gpus * units if b.kind == "training" else gpus, bool(milli), out)
     if b.cpu is not None and b.cpu_milli is not None:
         out.add(
@@ -543,4 +570,5 @@ def _job(name: str, b: d.JobBodyDoc, prefix: Loc, classes: Mapping[str, int] | N
         env=tuple(sorted((b.env or {}).items())),
         llm=llm,
         spread_racks=spread_racks,
+        autoscale=autoscale,
     )

@@ -268,30 +268,44 @@ class ClusterState(CapacityState):
     # ------------------------------------------------------------------ failures
     def fail_gpu(self, node: int, gpu: int) -> set[str]:
         """Mark a GPU failed; returns the jobs that held it (the caller restarts them)."""
-        if not self.node_down[node] and gpu not in self.gpu_failed[node]:
+        if not self.node_failed[node] and gpu not in self.gpu_failed[node]:
             self.failed_gpus_count += 1
         self.gpu_failed[node].add(gpu)
         self._refresh(node)
         return {j for j in self.node_jobs[node] if self._holds_gpu(j, node, gpu)}
 
     def recover_gpu(self, node: int, gpu: int) -> None:
-        if not self.node_down[node] and gpu in self.gpu_failed[node]:
+        if not self.node_failed[node] and gpu in self.gpu_failed[node]:
             self.failed_gpus_count -= 1
         self.gpu_failed[node].discard(gpu)
         self._refresh(node)
 
     def fail_node(self, node: int) -> set[str]:
         """Mark a whole node down; returns the jobs running on it."""
-        if not self.node_down[node]:
+        if not self.node_failed[node]:
             self.failed_gpus_count += self.cluster.nodes[node].gpus - len(self.gpu_failed[node])
-        self.node_down[node] = True
+        self.node_failed[node] = self.node_down[node] = True
         self._refresh(node)
         return set(self.node_jobs[node])
 
     def recover_node(self, node: int) -> None:
-        if self.node_down[node]:
+        if self.node_failed[node]:
             self.failed_gpus_count -= self.cluster.nodes[node].gpus - len(self.gpu_failed[node])
-        self.node_down[node] = False
+        self.node_failed[node] = False
+        self.node_down[node] = self.node_cordoned[node]  # a cordon outlives the repair
+        self._refresh(node)
+
+    # ------------------------------------------------------------------ cordons (an operator's, not a failure)
+    def cordon_node(self, node: int) -> set[str]:
+        """No new placement on ``node`` (kubectl's cordon): what runs there goes on. Returns those jobs (a
+        drain stops them). Its GPUs are not failed: ``failed_gpus_count`` does not move."""
+        self.node_cordoned[node] = self.node_down[node] = True
+        self._refresh(node)
+        return set(self.node_jobs[node])
+
+    def uncordon_node(self, node: int) -> None:
+        self.node_cordoned[node] = False
+        self.node_down[node] = self.node_failed[node]
         self._refresh(node)
 
     def _holds_gpu(self, job: str, node: int, gpu: int) -> bool:

@@ -22,6 +22,10 @@ def snapshot(state: ClusterState) -> dict[str, object]:
         "gpu_free": [list(f) for f in state.gpu_free],
         "gpu_failed": [sorted(f) for f in state.gpu_failed],
         "node_down": list(state.node_down),
+        "node_failed": list(state.node_failed),
+        "node_cordoned": list(state.node_cordoned),
+        "cordoned_idle": list(state.cordoned_idle),
+        "cordoned_idle_count": state.cordoned_idle_count,
         "cpu_free": list(state.cpu_free),
         "mem_free": list(state.mem_free),
         "node_whole": list(state.node_whole),
@@ -71,11 +75,11 @@ def check_invariants(state: ClusterState) -> None:
             assert state.gpu_free[n][g] == MILLI_PER_GPU - held[g], "gpu_free out of sync"
         assert state.cpu_free[n] == node.cpu_milli - cpu >= 0, "cpu_free out of sync"
         assert state.mem_free[n] == node.memory_mib - mem >= 0, "mem_free out of sync"
-        whole = (
-            0
-            if state.node_down[n]
-            else sum(1 for g in range(node.gpus) if held[g] == 0 and g not in state.gpu_failed[n])
-        )
+        assert state.node_down[n] == (state.node_failed[n] or state.node_cordoned[n]), f"node_down of {node.name}"
+        healthy_free = sum(1 for g in range(node.gpus) if held[g] == 0 and g not in state.gpu_failed[n])
+        whole = 0 if state.node_down[n] else healthy_free
+        idle = healthy_free if state.node_cordoned[n] and not state.node_failed[n] else 0
+        assert state.cordoned_idle[n] == idle, f"cordoned_idle out of sync on {node.name}"
         assert state.node_whole[n] == whole, f"node_whole out of sync on {node.name}"
         assert n in state.node_index[node.gpu_model].buckets[whole]
         assert n in state.rack_node_index[node.rack].buckets[whole]
@@ -85,5 +89,8 @@ def check_invariants(state: ClusterState) -> None:
         assert r in state.rack_index[(rack.gpu_model, rack.region)].buckets[whole]
         assert r in state.rack_index_all[rack.gpu_model].buckets[whole]
     assert state.failed_gpus_count == state.failed_gpus, "failed_gpus_count out of sync"
+    assert state.cordoned_idle_count == sum(state.cordoned_idle), "cordoned_idle_count out of sync"
     loaned = {name for name, rj in state.running.items() if rj.placement.opportunistic}
     assert state.opportunistic == loaned, "opportunistic out of sync"
+    elastic = {name for name, rj in state.running.items() if rj.spec.is_elastic and rj.spec.preemptible}
+    assert state.elastic == elastic, "elastic out of sync"

@@ -104,6 +104,38 @@ class ServingProfile:
     target_utilisation: float = 0.6
 
 
+class LoadMetric(StrEnum):
+    """What an autoscaled service's load query returns (``autoscale.metric``)."""
+
+    TOKENS_PER_SECOND = "tokens_per_second"  # the service's total; ``target`` is per replica
+    REQUESTS_PER_SECOND = "requests_per_second"  # the service's total; ``target`` is per replica
+    LATENCY_SECONDS = "latency_seconds"  # e.g. a p99; ``target`` is the latency to keep
+
+    @property
+    def is_rate(self) -> bool:
+        return self is not LoadMetric.LATENCY_SECONDS
+
+
+class ScaleFallback(StrEnum):
+    """What the live autoscaler does while a service's query has no answer (``autoscale.fallback``)."""
+
+    HOLD = "hold"  # keep the replicas it has (the Kubernetes HPA's way when a metric cannot be read)
+    MODEL = "model"  # follow the service's own model (its ServingProfile curve) until the query answers
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AutoscaleSpec:
+    """``autoscale:`` on an inference job (docs/specs.md): the live load signal its replicas follow.
+
+    ``query`` is PromQL read through Prometheus's HTTP API; ``None``: the service's own model drives it.
+    """
+
+    query: str | None = None
+    metric: LoadMetric = LoadMetric.TOKENS_PER_SECOND
+    target: float | None = None  # required with a query
+    fallback: ScaleFallback = ScaleFallback.HOLD
+
+
 # The built-in models of ``rackscale.llm.models.BUILTIN_MODELS`` and the precisions of
 # ``rackscale.llm.precision.Precision``, by name. The model layer may not import ``rackscale.llm`` (it sits
 # above), yet a spec must be refused at parse time with the field named, so the names are kept here too;
@@ -175,6 +207,8 @@ class JobSpec:
     # Inference: the racks the replicas spread over, when they can (``spread.racks``; 2 survives one rack's
     # loss, 1 spreads over nodes only); further replicas pack into those racks (docs/placement.md).
     spread_racks: int = 2
+    # Inference: the live autoscaler's load signal (``autoscale``); None: its model, when it has bounds.
+    autoscale: AutoscaleSpec | None = None
 
     @property
     def total_gpus(self) -> int:

@@ -27,6 +27,7 @@ from rackscale.model.specs import job_from_dict
 from rackscale.service.auth import Principal
 from rackscale.service.context import DEFAULT_MAX_BODY, HttpProblem, ServiceContext, authenticate
 from rackscale.service.guard import RequestGuard
+from rackscale.service.nodes_api import mount_nodes
 from rackscale.service.phase import ACTIVE, STATUSES
 from rackscale.service.store import DuplicateJob, RejectedJob, Store, StoreUnavailable
 from rackscale.service.views import (
@@ -402,6 +403,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         body, content_type = ctx.metrics.exposition()
         return Response(body, media_type=content_type)
 
+    mount_nodes(app, ctx)  # cordon, drain, uncordon (admin)
     mount(app, ctx)  # the web page at / (and whatever it reads besides /v1)
 
     return app

@@ -17,6 +17,7 @@ from rackscale.service.auth import TokenTable, generated_admin_token
 from rackscale.service.clock import ServiceClock
 from rackscale.service.guard import allowed_hosts, is_loopback
 from rackscale.service.live import LiveCluster
+from rackscale.service.load_signal import LiveAutoscaler, PrometheusSource
 from rackscale.service.metrics import Metrics
 from rackscale.service.runner import Runner
 from rackscale.service.store import Store
@@ -52,6 +53,7 @@ class ServiceConfig:
     allowed_hosts: tuple[str, ...] = ()  # Host header values accepted besides loopback names and `host`
     docs: bool = False  # /docs and /redoc (their scripts come from a CDN)
     init_store: bool = False  # replace an empty or corrupt store instead of refusing to start
+    prometheus_url: str | None = None  # where services' autoscale.query is read (None: they hold their size)
 
 
 @dataclass(slots=True)
@@ -196,7 +198,8 @@ def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
     clock = ServiceClock(speed=config.speed, resume_from=store.latest_time())
     live = LiveCluster(cluster, policy=config.policy)
     metrics = Metrics()
-    runner = Runner(live, store, backend, clock, observer=metrics, interval_s=config.interval_s)
+    autoscaler = LiveAutoscaler(source=PrometheusSource(config.prometheus_url)) if config.prometheus_url else None
+    runner = Runner(live, store, backend, clock, observer=metrics, interval_s=config.interval_s, autoscaler=autoscaler)
     metrics.attach(runner)
     recovered = runner.recover()
     admin_token: str | None = None

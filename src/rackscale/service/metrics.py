@@ -138,9 +138,19 @@ def _collect(live: object, now: float, runner: Runner) -> Iterator[GaugeMetricFa
     allocated = st.used_milli / MILLI_PER_GPU
     gpus = _g("rackscale_gpus", "GPUs of the cluster by state.", ["state"])
     gpus.add_metric(["allocated"], allocated)
-    gpus.add_metric(["free"], max(healthy - allocated, 0.0))
+    gpus.add_metric(["free"], max(healthy - allocated - st.cordoned_idle_count, 0.0))
     gpus.add_metric(["failed"], st.failed_gpus_count)
+    gpus.add_metric(["cordoned"], st.cordoned_idle_count)  # free but out of service (rackscale cordon/drain)
     yield gpus
+    modes = _g("rackscale_nodes_cordoned_by_mode", "Nodes an operator holds, by mode.", ["mode"])
+    held = [str(live.node_mode(n)) for n in live.holds]
+    for mode in ("cordoned", "draining", "drained"):
+        modes.add_metric([mode], held.count(mode))
+    yield GaugeMetricFamily(
+        "rackscale_nodes_cordoned", "Nodes cordoned or drained (no new placements).", value=len(live.holds)
+    )
+    yield modes
+    yield CounterMetricFamily("rackscale_drained_jobs", "Jobs stopped and requeued by drains.", value=live.drain_stops)
     loaned = sum(st.running[n].placement.gpu_milli for n in st.opportunistic) / MILLI_PER_GPU
     yield GaugeMetricFamily(
         "rackscale_jobs_on_loan",

@@ -24,11 +24,15 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from rackscale.backends.base import Backend, Exit, RunningJobRecord, admitted, resize
+from rackscale.backends.health import NodeHealth, health_of
+from rackscale.host.autoscale import Reading
+from rackscale.host.drains import HoldOrder
 from rackscale.model.spec_errors import SpecError
 from rackscale.model.specs import job_from_dict
 from rackscale.model.workload import JobSpec
 from rackscale.service.clock import ServiceClock
 from rackscale.service.live import CANCELLED, FAILED, PREEMPTED, RESIZED, SCHEDULED, Change, LiveCluster
+from rackscale.service.load_signal import LiveAutoscaler
 from rackscale.service.store import PENDING, RUNNING, JobRow, Store, StoreUnavailable
 
 log = logging.getLogger("rackscale.service")
@@ -65,7 +69,7 @@ class Cancelled:
     run: int = 0
 
 
-Message = Submitted | Cancelled
+Message = Submitted | Cancelled | HoldOrder
 """What the API hands the runner (from any thread), taken in order at the start of a step."""
 
 
@@ -81,6 +85,7 @@ class Runner:
         clock: ServiceClock,
         *,
         observer: CycleObserver | None = None,
+        autoscaler: LiveAutoscaler | None = None,
         interval_s: float = 0.05,
         min_gap_s: float = 0.01,
     ) -> None:
@@ -113,6 +118,10 @@ class Runner:
         self._stops: list[str] = []  # cancelled running jobs to stop once the step leaves the lock
         self._probed = 0.0
         self._cycle_seconds: float | None = None  # the last _work's cycle time (None: no cycle ran)
+        self._reports: list[NodeHealth] | None = None  # the backend's health this step (None: no report)
+        # Inference services' replicas follow their load (service/load_signal.py); None: no pass due.
+        self.autoscaler = autoscaler or LiveAutoscaler()
+        self._loads: dict[str, Reading] | None = None
 
     @property
     def problem(self) -> str | None:
@@ -129,6 +138,11 @@ class Runner:
     def cancelled(self, name: str, run: int = 0) -> None:
         """The store has cancelled ``name``'s run ``run`` (0: whichever is here)."""
         self._inbox.append(Cancelled(name, run))
+        self._wake.set()
+
+    def held(self, order: HoldOrder) -> None:
+        """Node holds (cordon, drain, uncordon) the store has committed (rackscale.service.nodes_api)."""
+        self._inbox.append(order)
         self._wake.set()
 
     @contextmanager
@@ -216,6 +230,8 @@ class Runner:
                 done.append((kept.seconds, kept.changes))
                 self._act(kept.changes, rejected, now)
             exits = self._poll(now)  # backend I/O: outside the lock
+            self._reports = self._health(now)  # after the poll: a node that failed a job is down in it
+            self._loads = self.autoscaler.read(self.live, now)  # Prometheus I/O: outside the lock too
             with self.lock:  # the memory and the store change together, as readers see them
                 changes = self._work(now, exits)
                 seconds = self._cycle_seconds
@@ -246,6 +262,17 @@ class Runner:
             name = type(e).__name__
             log.exception("backend %s: poll raised %s: %s (polled again next step)", self.backend.name, name, e)
         return exits
+
+    def _health(self, now: float) -> list[NodeHealth] | None:
+        """The backend's health report (backends bound its cost: they re-read at their own interval); one
+        that raises is the backend's error, counted and logged, and the host keeps what it knew."""
+        try:
+            return health_of(self.backend, now)
+        except Exception as e:
+            self.errors += 1
+            name = type(e).__name__
+            log.exception("backend %s: health raised %s: %s (asked again next step)", self.backend.name, name, e)
+            return None
 
     def _commit(self) -> set[str] | None:
         """Commit the unsaved changes: the jobs the store rejected (cancelled meanwhile), or None when the
@@ -294,12 +321,19 @@ class Runner:
                 case Cancelled(name, run):
                     if not (run and (held := self._runs.get(name)) and held != run):  # else: an earlier run's, done
                         self._drop(name, now)
+                case HoldOrder(holds):  # a drain whose grace is over stops its jobs here (PREEMPTED)
+                    changes += self.live.put_holds(holds, now)
+        if self._reports is not None:  # failed parts requeue their jobs before the exits they caused (NODE_FAIL)
+            changes += self.live.apply_health(self._reports, now)
         for ex in exits:
             if (c := self._exit(ex, now)) is not None:
                 changes.append(c)
+        if self._loads is not None:  # the autoscaler's pass: scale-downs now, scale-ups queued for the cycle
+            changes += self.autoscaler.apply(self.live, now, self._loads)
         t0 = time.perf_counter()
         before = self.live.kpi.cycles
         changes += self.live.cycle(now)
+        changes += self.live.scaled(now)  # the scale-ups this cycle placed
         self._cycle_seconds = time.perf_counter() - t0 if self.live.kpi.cycles != before else None
         return self._stamped(changes)
 

@@ -105,6 +105,11 @@ class NodeOut(_Out):
     allocated: float
     failed: int
     jobs: list[str]
+    # An operator's cordon or drain (rackscale.service.nodes_api): mode None when the node is schedulable.
+    mode: str | None = None
+    reason: str | None = None
+    since: float | None = None
+    deadline: float | None = None
 
 
 class NodeDetail(NodeOut):
@@ -288,8 +293,8 @@ def _node(live: LiveCluster, n: int, *, grid: bool, visible: Visible = everyone)
     c = live.cluster
     st = live.state
     node = c.nodes[n]
-    failed = node.gpus if st.node_down[n] else len(st.gpu_failed[n])
-    free = sum(st.gpu_free[n][g] for g in range(node.gpus) if g not in st.gpu_failed[n] and not st.node_down[n])
+    failed = node.gpus if st.node_failed[n] else len(st.gpu_failed[n])  # a cordoned node's GPUs are not failed
+    free = sum(st.gpu_free[n][g] for g in range(node.gpus) if g not in st.gpu_failed[n] and not st.node_failed[n])
     allocated = (node.gpus - failed) - free / MILLI_PER_GPU
     held = sorted(st.node_jobs[n])
     jobs = [j for j in held if visible(j)]
@@ -302,6 +307,7 @@ def _node(live: LiveCluster, n: int, *, grid: bool, visible: Visible = everyone)
         "allocated": max(allocated, 0.0),
         "failed": failed,
         "jobs": jobs,
+        **live.hold_fields(n),
     }
     if not grid:
         return NodeOut(**base)
@@ -316,7 +322,7 @@ def _node(live: LiveCluster, n: int, *, grid: bool, visible: Visible = everyone)
             index=g,
             job=owner.get(g),
             used_milli=MILLI_PER_GPU - st.gpu_free[n][g],
-            failed=st.node_down[n] or g in st.gpu_failed[n],
+            failed=st.node_failed[n] or g in st.gpu_failed[n],
         )
         for g in range(node.gpus)
     ]
@@ -337,11 +343,11 @@ def rack_out(live: LiveCluster, r: int, visible: Visible = everyone) -> RackOut:
     c = live.cluster
     rack = c.racks[r]
     st = live.state
-    failed = sum(c.nodes[n].gpus if st.node_down[n] else len(st.gpu_failed[n]) for n in rack.nodes)
+    failed = sum(c.nodes[n].gpus if st.node_failed[n] else len(st.gpu_failed[n]) for n in rack.nodes)
     free_milli = sum(
         sum(st.gpu_free[n][g] for g in range(c.nodes[n].gpus) if g not in st.gpu_failed[n])
         for n in rack.nodes
-        if not st.node_down[n]
+        if not st.node_failed[n]
     )
     return RackOut(
         name=rack.name,

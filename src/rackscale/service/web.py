@@ -81,7 +81,9 @@ def overview_doc(lv: LiveCluster, detail: list[int], visible: Visible = everyone
         {
             "name": c.racks[r].name,
             "nodes": [
-                {"name": c.nodes[n].name, "gpus": c.nodes[n].gpus, "down": st.node_down[n]} for n in c.racks[r].nodes
+                # "hold": an operator's cordon or drain (cordoned, draining, drained), shown apart from failures
+                {"name": c.nodes[n].name, "gpus": c.nodes[n].gpus, "down": st.node_failed[n], "hold": lv.node_mode(n)}
+                for n in c.racks[r].nodes
             ],
             "cells": [],
             "failed": [],
@@ -106,7 +108,7 @@ def overview_doc(lv: LiveCluster, detail: list[int], visible: Visible = everyone
                 cells.append([where[1], g, job_ix[shown], a.milli])
     for rk in c.racks if st.failed_gpus_count else ():
         for n in rk.nodes:
-            if st.node_down[n]:
+            if st.node_failed[n]:
                 failed[rk.index] += c.nodes[n].gpus
             elif st.gpu_failed[n]:
                 failed[rk.index] += len(st.gpu_failed[n])

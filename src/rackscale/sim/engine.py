@@ -22,6 +22,7 @@ class EventKind(IntEnum):
     ARRIVAL = 3
     AUTOSCALE = 4
     SAMPLE = 5
+    MAINTENANCE = 6  # a planned drain starts, its grace ends, or it ends (rackscale.sim.maintenance)
 
 
 @dataclass(slots=True)

@@ -1,13 +1,16 @@
-"""Failures in the simulation: the fault source draws which part fails when; the host stops the jobs on it,
-which restart from a checkpoint (:meth:`rackscale.host.host.ClusterHost.stop_hit`).
+"""Failures in the simulation: the fault source draws which part fails when; the host marks it and stops the
+jobs on it, which restart from a checkpoint (:meth:`rackscale.host.parts.PartsMixin.part_failed`, the path the
+service's health reports take too; the simulator keeps the job runs, not the changes it returns).
 
 A mixin of :class:`rackscale.sim.simulator.Simulator` (the event side: failure and repair events).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from rackscale.host.changes import Change
 from rackscale.host.progress import Progress
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster
@@ -24,7 +27,11 @@ class FailuresMixin:
 
     if TYPE_CHECKING:  # the host's (ClusterHost comes after this mixin in the simulator's bases)
 
-        def stop_hit(self, names: set[str], now: float, *, why: str) -> None: ...
+        def part_failed(
+            self, *, node: str, gpus: Iterable[int] | None = None, now: float, why: str
+        ) -> list[Change]: ...
+
+        def part_recovered(self, *, node: str, gpus: Iterable[int] | None = None, now: float) -> None: ...
 
     def _schedule_failure(self, part: Part, now: float) -> None:
         gap = self._faults.next_failure_in(part)
@@ -35,25 +42,25 @@ class FailuresMixin:
         assert ev.target is not None
         part = Part(ev.target[0])
         self._schedule_failure(part, now)
-        hit: set[str] = set()
+        hit: list[Change] = []
+        why = f"{part.value} failure"
         if part is Part.GPU:
             g = self._faults.pick(self.cluster.total_gpus)
             node, gpu = self._gpu_at(g)
-            if gpu in self.state.gpu_failed[node] or self.state.node_down[node]:
+            if gpu in self.state.gpu_failed[node] or self.state.node_failed[node]:
                 return False
-            hit = self.state.fail_gpu(node, gpu)
+            hit = self.part_failed(node=self.cluster.nodes[node].name, gpus=[gpu], now=now, why=why)
             target = (part.value, node, gpu)
         elif part is Part.NODE:
             node = self._faults.pick(len(self.cluster.nodes))
-            if self.state.node_down[node]:
+            if self.state.node_failed[node]:  # (a cordoned node can fail too)
                 return False
-            hit = self.state.fail_node(node)
+            hit = self.part_failed(node=self.cluster.nodes[node].name, now=now, why=why)
             target = (part.value, node, -1)
         else:
             rack = self._faults.pick(len(self.cluster.racks))
             target = (part.value, rack, -1)
             self.progress.uplink_failed(rack, now)
-        self.stop_hit(hit, now, why=f"{part.value} failure")
         self.q.push(now + self._faults.repair_in(part), EventKind.REPAIR, target=target)
         return bool(hit)
 
@@ -61,9 +68,9 @@ class FailuresMixin:
         assert ev.target is not None
         part, index, gpu = Part(ev.target[0]), ev.target[1], ev.target[2]
         if part is Part.GPU:
-            self.state.recover_gpu(index, gpu)
+            self.part_recovered(node=self.cluster.nodes[index].name, gpus=[gpu], now=self.q.now)
         elif part is Part.NODE:
-            self.state.recover_node(index)
+            self.part_recovered(node=self.cluster.nodes[index].name, now=self.q.now)
         else:
             self.progress.uplink_repaired(index, self.q.now)
         return part is not Part.UPLINK

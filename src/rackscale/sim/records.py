@@ -9,6 +9,7 @@ from rackscale.host.kpis import Kpis
 from rackscale.host.runs import JobRun, RunStatus
 from rackscale.scheduler.framework import Profile
 from rackscale.sim.faults import FaultConfig
+from rackscale.sim.maintenance import Window
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,6 +23,7 @@ class SimConfig:
     record_series: bool = True
     # What the scheduler is told of durations (``host.Estimates``): the jobs' own, or history's predictions.
     estimates: str = "given"
+    maintenance: tuple[Window, ...] = ()  # planned rack drains (rackscale.sim.maintenance)
 
 
 @dataclass(slots=True)

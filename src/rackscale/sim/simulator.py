@@ -22,12 +22,13 @@ from rackscale.scheduler.pending import whole_demand
 from rackscale.sim.engine import Event, EventKind, EventQueue
 from rackscale.sim.failures import FailuresMixin
 from rackscale.sim.faults import FaultSource, Part
+from rackscale.sim.maintenance import MaintenanceMixin
 from rackscale.sim.records import SimConfig, SimResult
 
 DEFAULT_RUNTIME_S = RuntimeDefaults().runtime_s  # a job without a duration estimate runs an hour at its best placement
 
 
-class Simulator(FailuresMixin, ClusterHost):
+class Simulator(FailuresMixin, MaintenanceMixin, ClusterHost):
     def __init__(self, cluster: GPUCluster, jobs: Sequence[JobSpec], config: SimConfig | None = None) -> None:
         self.cfg = config or SimConfig()
         self.q = EventQueue()
@@ -64,6 +65,7 @@ class Simulator(FailuresMixin, ClusterHost):
         self._start = start
         for part in Part:
             self._schedule_failure(part, start)
+        self._schedule_maintenance(self.cfg.maintenance, start)
         if self.cfg.record_series:
             self.q.push(start, EventKind.SAMPLE)
         if any(j.kind is JobKind.INFERENCE for j in jobs):
@@ -127,6 +129,8 @@ class Simulator(FailuresMixin, ClusterHost):
             return self._failure(ev, now)
         if kind is EventKind.REPAIR:
             return self._repair(ev)
+        if kind is EventKind.MAINTENANCE:
+            return self._maintenance(ev, now)
         if kind is EventKind.AUTOSCALE:
             freed = self._autoscale(now)
             if self.active > 0:

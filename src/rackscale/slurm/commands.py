@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rackscale.host.parts import NodeHealth, NodeState
 from rackscale.model.errors import RackscaleError
 
 INSTALL_HINT = "install Slurm's client tools (Debian/Ubuntu: apt-get install slurm-wlm)"
@@ -29,6 +30,45 @@ TERMINAL_STATES = frozenset(
     }
 )
 _KEY = re.compile(r" (?=[A-Za-z][\w:/.]*=)")
+
+
+# sinfo's node states (sinfo(1), "NODE STATE CODES"; %T prints them in full, lower case, joined by "+" and
+# followed by flag characters) and what each means for rackscale. DRAINING and FAILING nodes still run their
+# jobs ("will not be allocated additional jobs"): closed, not gone. States not listed are healthy.
+SINFO_STATES = {
+    "down": NodeState.DOWN,
+    "fail": NodeState.FAIL,
+    "failing": NodeState.DRAIN,
+    "drain": NodeState.DRAIN,
+    "drained": NodeState.DRAIN,
+    "draining": NodeState.DRAIN,
+    "inval": NodeState.DOWN,  # did not register correctly: unusable
+}
+NOT_RESPONDING = "*"  # "presently not responding and will not be allocated any new work"
+SINFO_HEALTH = ["sinfo", "-N", "-h", "-o", "%N|%T|%E"]
+
+
+def parse_sinfo_health(text: str) -> list[NodeHealth]:
+    """``sinfo -N -h -o '%N|%T|%E'`` (node, extended state, reason) -> the nodes that are not healthy. A node
+    in several partitions is listed once per partition: the first line is kept."""
+    out: dict[str, NodeHealth] = {}
+    for line in text.splitlines():
+        name, _, rest = line.strip().partition("|")
+        raw, _, reason = rest.partition("|")
+        if not name or name in out:
+            continue
+        flags = raw.strip().lower()
+        base = flags.rstrip("*~#!%$@^-")
+        states = [SINFO_STATES[s] for s in base.split("+") if s in SINFO_STATES]
+        if NOT_RESPONDING in flags[len(base) :]:
+            states.append(NodeState.NOT_RESPONDING)
+        if not states:
+            continue
+        # A node down and not responding is down: the gravest state wins (gone over closed).
+        state = next((s for s in states if s.stops_jobs), states[0])
+        why = reason.strip()
+        out[name] = NodeHealth(node=name, state=state, reason=why if why and why != "none" else raw.strip())
+    return list(out.values())
 
 
 class SlurmError(RackscaleError, RuntimeError):
@@ -175,6 +215,10 @@ class Slurm:
     # ------------------------------------------------------------------ queries
     def nodes(self) -> list[dict[str, str]]:
         return parse_records(self.run(["scontrol", "show", "nodes", "--oneliner"]).stdout)
+
+    def node_health(self) -> list[NodeHealth]:
+        """The nodes Slurm does not call healthy (DOWN, DRAIN, FAIL, not responding), from one ``sinfo``."""
+        return parse_sinfo_health(self.run(SINFO_HEALTH).stdout)
 
     def topology(self) -> list[dict[str, str]]:
         proc = self.run(["scontrol", "show", "topology"], check=False)

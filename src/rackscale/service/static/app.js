@@ -556,7 +556,8 @@
           const bad = n.down || failed.has(key);
           const sel = selected !== null && jobs.some(([j]) => j === selected);
           if (sel) selectedVisible = true;
-          paintGpu(g.cells[pos][gpu], { rack: d.name, node: n.name, gpu, jobs, failed: bad, down: n.down }, sel);
+          paintGpu(g.cells[pos][gpu], { rack: d.name, node: n.name, gpu, jobs, failed: bad, down: n.down, hold: n.hold }, sel);
+          g.cells[pos][gpu].classList.toggle("held", !!n.hold); // cordoned or draining: no new work there
         }
       });
       g.root.classList.toggle("focus", S.focus === d.name);
@@ -868,7 +869,7 @@
       return [h("b", { text: i.name }), ` · ${i.region}`, h("br"), `${gpusFmt(i.allocated)} of ${i.gpus} GPUs in use (${pct(i.gpus ? i.allocated / i.gpus : 0)})`,
         h("br"), `${i.jobs} job${i.jobs === 1 ? "" : "s"}${i.failed ? ` · ${i.failed} GPUs failed` : ""}`];
     }
-    const where = [`node ${i.node} · GPU ${i.gpu}`, h("br"), `rack ${i.rack}`];
+    const where = [`node ${i.node} · GPU ${i.gpu}`, h("br"), `rack ${i.rack}`, ...(i.hold ? [h("br"), h("b", { text: `node ${i.hold}` })] : [])];
     if (i.failed) return [h("b", { text: i.down ? "node down" : "failed GPU" }), h("br"), ...where];
     if (!i.jobs.length) return ["free", h("br"), ...where];
     const jobs = i.jobs.flatMap(([j, m], k) => [k ? h("br") : null, h("b", { text: j }), m < 1000 ? ` (${m / 10}% of the GPU)` : ""]);
