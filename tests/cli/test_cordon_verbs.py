@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from tests.service.conftest import LiveService, serve_in_thread, small_cluster, wait_for
 from typer.testing import CliRunner
@@ -52,6 +53,42 @@ def test_cordon_drain_uncordon_round_trip(service: LiveService) -> None:
     out = runner.invoke(app, ["uncordon", "rack", "r001"])
     assert out.exit_code == 0 and "uncordoned" in out.output
     wait_for(lambda: status_of("r001-n00") == "schedulable", what="uncordoned")
+
+
+def _running_rack(live: LiveService) -> str:
+    """Submit a long 4-GPU job and return the rack it runs in."""
+    doc = {"name": "long", "kind": "training", "gpus": 4, "durationEstimateSeconds": 1e9}
+    live_api = httpx.Client(base_url=live.url, headers={"Authorization": f"Bearer {live.admin_token}"})
+    with live_api:
+        assert live_api.post("/v1/jobs", json=doc).status_code == 201
+
+        def rack() -> str | None:
+            job = live_api.get("/v1/jobs/long").json()
+            placement = job.get("placement") or {}
+            return placement["racks"][0] if job.get("status") == "running" and placement.get("racks") else None
+
+        wait_for(lambda: rack() is not None, what="the job running")
+        got = rack()
+    assert got is not None
+    return got
+
+
+def test_drain_waits_until_the_nodes_are_empty(service: LiveService) -> None:
+    rack = _running_rack(service)
+    # A 10-minute grace of the service's clock (1,000 x the wall's): the job is stopped, requeued elsewhere.
+    out = runner.invoke(app, ["drain", "rack", rack, "--grace", "10m", "--timeout", "30"])
+    assert out.exit_code == 0, out.output
+    assert f"rack/{rack} drained" in out.output
+    assert all(status_of(f"{rack}-n{i:02d}") == "drained" for i in range(3))
+
+
+def test_drain_gives_up_waiting_after_its_timeout(service: LiveService) -> None:
+    rack = _running_rack(service)
+    out = runner.invoke(app, ["drain", "rack", rack, "--grace", "100h", "--timeout", "1"])
+    assert out.exit_code == 1, out.output
+    assert "not drained after 1 s" in out.output and "still run jobs" in out.output
+    out = runner.invoke(app, ["drain", "rack", rack, "--grace", "100h", "--no-wait"])
+    assert out.exit_code == 0 and "draining" in out.output  # --no-wait: asked, not waited for
 
 
 @pytest.mark.parametrize(
