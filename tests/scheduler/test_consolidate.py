@@ -37,6 +37,8 @@ from rackscale.scheduler.consolidate import MAX_MOVER_RUNS, RESTART_S
 from rackscale.scheduler.decisions import Reservation
 from rackscale.scheduler.framework import PROFILES, AttainedService
 
+CONSOLIDATE = "rackscale-consolidate"  # the default profile with the consolidate action
+
 RACK = TopologyConstraint(required=Level.RACK)
 NOW = 300.0
 
@@ -90,7 +92,7 @@ def test_consolidation_moves_the_cheapest_racks_jobs_and_places_the_gang_there(
 ) -> None:
     others = {n: rj.placement for n, rj in state.running.items() if n not in movers}
     used = state.used_milli
-    d = run_cycle(state, [llm()], now=NOW)  # applied to ``state``, every invariant checked after it
+    d = run_cycle(state, [llm()], now=NOW, profile=CONSOLIDATE)  # applied to ``state``, invariants checked
     gang = placed(d, "llm")
     assert racks_of(state, gang.placement) == [rack] and not gang.moved
     assert {p.victim for p in d.preemptions} == movers
@@ -116,7 +118,7 @@ def test_a_gang_that_prefers_a_rack_and_would_rather_wait_than_split_is_consolid
     state = fragmented()
     talk = CommProfile(bytes_per_step=4e9, compute_s_per_step=0.5)
     job = llm(topology=TopologyConstraint(), comm=talk, duration_estimate_s=50_000.0)
-    d = run_cycle(state, [job], now=NOW)
+    d = run_cycle(state, [job], now=NOW, profile=CONSOLIDATE)
     assert racks_of(state, placed(d, "llm").placement) == [1]
     assert [p.victim for p in d.preemptions] == ["s1"]
 
@@ -137,7 +139,9 @@ def test_the_mover_keeps_off_racks_a_reservation_holds_from_it(held: Reservation
     state = nvl72(
         ("s0", 8, 0, {}), ("s1", 4, 1, {"spec": training("s1", 4, duration_estimate_s=10_000.0)}), ("s2", 16, 2, {})
     )
-    d = ResourceScheduler().schedule(state, [llm(duration_estimate_s=1_000.0)], NOW, reservation=held)
+    d = ResourceScheduler(profile=CONSOLIDATE).schedule(
+        state, [llm(duration_estimate_s=1_000.0)], NOW, reservation=held
+    )
     assert racks_of(state, placed(d, "s1").placement) == [mover_to]
     assert racks_of(state, placed(d, "llm").placement) == [1]
 
@@ -193,16 +197,16 @@ NOT_MOVED = [
     pytest.param(fragmented(preemptible=False), llm(), "rackscale", NOW, id="movers-not-preemptible"),
     pytest.param(_inference_only(), llm(), "rackscale", NOW, id="inference-is-never-moved"),
     pytest.param(
-        fragmented(), llm(preemption_policy=PreemptionPolicy.NEVER), "rackscale", NOW, id="gang-may-not-preempt"
+        fragmented(), llm(preemption_policy=PreemptionPolicy.NEVER), CONSOLIDATE, NOW, id="gang-may-not-preempt"
     ),
     pytest.param(fragmented(), llm(), "first-fit", NOW, id="profile-first-fit"),
     pytest.param(fragmented(), llm(), "tiresias", NOW, id="profile-tiresias"),
     pytest.param(
         fragmented(),
         llm(),
-        replace(PROFILES["rackscale"], name="no-consolidation", consolidate=False),
+        "rackscale",
         NOW,
-        id="rackscale-without-consolidate",
+        id="the-default-does-not-consolidate",
     ),
 ]
 
@@ -227,7 +231,7 @@ def test_the_move_pays_once_the_mover_has_saved_recently() -> None:
     assert 30 * 4 + RESTART_S * 4 < 120 * 72
     # (las-victims would also stop s1 for good now, being of equal priority with more service and saved:
     # preempt comes first, so compare with a profile that preempts lower priorities only.)
-    profile = replace(PROFILES["rackscale"], name="lower-only", victims="cheapest-victims")
+    profile = replace(PROFILES[CONSOLIDATE], name="lower-only", victims="cheapest-victims")
     d = run_cycle(state, [llm()], now=now, profile=profile)
     assert [p.victim for p in d.preemptions] == ["s1"] and placed(d, "s1").moved
     assert racks_of(state, placed(d, "llm").placement) == [1]
@@ -236,8 +240,9 @@ def test_the_move_pays_once_the_mover_has_saved_recently() -> None:
 BASELINES = ["first-fit", "best-fit", "random", "slurm-tree", "tiresias", "kueue-tas", "slurm-block"]
 
 
-def test_the_default_profile_consolidates_and_no_baseline_does() -> None:
-    assert PROFILES["rackscale"].consolidate
+def test_only_the_consolidate_profile_consolidates() -> None:
+    assert PROFILES[CONSOLIDATE].consolidate and PROFILES[CONSOLIDATE].elastic  # the default plus moves
+    assert not PROFILES["rackscale"].consolidate  # measured: not worth its cost by default (the docs)
     assert not any(PROFILES[name].consolidate for name in BASELINES)
 
 
@@ -253,5 +258,5 @@ def test_a_job_stopped_often_is_not_moved_again(runs: int, moved: bool) -> None:
     state = fragmented()
     record = AttainedService(gpu_s=100.0, run_s=100.0, stopped_at=0.0, runs=runs)
     attained = {name: record for name in ("s0", "s1", "s2")}
-    d = ResourceScheduler().schedule(state, [llm()], NOW, attained=attained)
+    d = ResourceScheduler(profile=CONSOLIDATE).schedule(state, [llm()], NOW, attained=attained)
     assert [p.victim for p in d.preemptions] == (["s1"] if moved else [])

@@ -17,8 +17,8 @@ def test_the_actions_run_least_disruptive_first() -> None:
         "reclaim",
         "shrink",
         "preempt",
-        "consolidate",
     ]
+    assert [a.name for a in ResourceScheduler(profile="rackscale-consolidate").actions][-1] == "consolidate"
     assert [a.name for a in ResourceScheduler(profile="first-fit").actions] == ["allocate", "backfill", "preempt"]
 
 

@@ -200,10 +200,11 @@ LARGER_THAN_A_RACK = {
         profile=NO_MOVES,
         want_pending={"regional": (Code.WAIT, Reason.RESERVATION)},
     ),
-    # ...unless the default profile consolidates: a moves next to b, and r000 is whole for it.
+    # ...unless the profile consolidates: a moves next to b, and r000 is whole for it.
     "a-required-region-is-consolidated-for": Case(
         cluster(1).regions(2).with_running("a", gpus=4, rack=0).with_running("b", gpus=4, rack=1),
         [training("regional", 8, topology=REGION)],
+        profile="rackscale-consolidate",
         want_racks={"regional": [0], "a": [1]},
     ),
     # region-0

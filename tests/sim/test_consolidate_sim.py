@@ -45,7 +45,7 @@ def jobs() -> list[JobSpec]:
 @pytest.mark.parametrize(
     ("policy", "start"),
     [
-        pytest.param("rackscale", 200.0, id="consolidation-starts-it-at-once"),
+        pytest.param("rackscale-consolidate", 200.0, id="consolidation-starts-it-at-once"),
         pytest.param(WITHOUT, 10_000.0, id="without-it-waits-for-a-rack-to-drain"),
     ],
 )
@@ -65,7 +65,7 @@ def test_the_gang_starts_earlier_in_one_rack_with_consolidation(policy: str | Pr
 
 
 def test_a_move_is_a_preemption_then_a_start_elsewhere_in_the_hosts_changes() -> None:
-    host = ClusterHost(cluster(), policy="rackscale")
+    host = ClusterHost(cluster(), policy="rackscale-consolidate")
     for j in jobs()[:-1]:
         host.submit(j)
     host.cycle(0.0)

@@ -29,7 +29,7 @@ docs/scheduler-consolidation.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rackscale.model.running import RunningJob
 from rackscale.model.topology import MILLI_PER_GPU, Rack
@@ -38,11 +38,22 @@ from rackscale.scheduler.backfill import plan_reservation
 from rackscale.scheduler.cycle import Attempt, Cycle
 from rackscale.scheduler.decisions import Placed, Preemption
 from rackscale.scheduler.filters import allowed_models
+from rackscale.scheduler.framework import PROFILES
 from rackscale.scheduler.gang import GangPlacement
 from rackscale.scheduler.las import RECHECK_S, lost_on_preempt
 from rackscale.scheduler.preemption import _healthy_whole_by_node
 from rackscale.scheduler.status import Code
 from rackscale.scheduler.waiting import rack_names
+
+# The default profile with consolidation: not the default, measured (docs/scheduler-consolidation.md): on the
+# embedded default it moves 3 jobs in 10 seeds (mean JCT -0.45 %); on Philly x8 it lowers the idle rate 2.23
+# -> 0.46 % but raises mean JCT 1.5 % and lost work 27 %, and the simulation takes 2.2x as long.
+PROFILES["rackscale-consolidate"] = replace(
+    PROFILES["rackscale"],
+    name="rackscale-consolidate",
+    consolidate=True,
+    summary="rackscale plus consolidation: moves small jobs to free a whole rack for a waiting gang",
+)
 
 # What a restart costs a moved job beyond its lost work, in seconds of its GPUs: relaunching its processes,
 # loading the checkpoint and re-forming the collective (NCCL) groups take about a minute at rack scale

@@ -171,7 +171,6 @@ PROFILES: dict[str, Profile] = {
         queue_sort="priority-las",
         victims="las-victims",
         opportunistic_backfill=True,
-        consolidate=True,
         elastic=True,
         summary="topology-aware: packs each gang into the fewest NVLink racks, lends reserved GPUs (the default)",
     ),
