@@ -40,7 +40,8 @@ JOB = training("a", 4, checkpoint_interval_s=100.0, duration_estimate_s=10_000.0
 )
 def test_drain_stops_after_the_grace_and_requeues(spec: JobSpec, lost_s: float | None) -> None:
     host, node = started(spec)
-    assert host.drain([node], now=200.0, reason="firmware", grace_s=50.0) == []  # told; still running
+    told = host.drain([node], now=200.0, reason="firmware", grace_s=50.0)  # told (a NOTICE); still running
+    assert [(c.job, c.type) for c in told] == [("a", ChangeKind.NOTICE)]
     assert host.node_mode(node) is NodeMode.DRAINING
     assert host.drain_notices() == {"a": "firmware"}
     host.cycle(249.0)  # within the grace: it goes on

@@ -1,5 +1,6 @@
 """What a host says happened to a job: one :class:`Change` each, which the service persists as a row of the
-job's event log and acts on (start, stop); the simulator keeps its own record (the job runs) instead."""
+job's event log and acts on (start, stop); the simulator keeps its own record (the job runs) instead, so
+it ignores them (a NOTICE, the only kind that changes nothing, is for the event log alone)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ class ChangeKind(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     WAITING = "waiting"  # a new pending reason (no status change)
+    # Something the job (and whoever reads its events) should know that does not move it: a drain will
+    # stop it, a drain was called off, the autoscaler holds it. An event only: no phase or placement change.
+    NOTICE = "notice"
 
     @property
     def ends(self) -> bool:

@@ -13,7 +13,9 @@ so every placer honours it through ``node_down`` and the free-GPU indexes, with 
 jobs are told to stop when it starts (the checkpoint signal: :meth:`drain_notices` lists them for a backend
 that can send it) and, once the grace has passed, stopped and requeued: a PREEMPTED change whose reason says
 ``drained: <reason>``, losing the work since their last checkpoint (nothing with ``checkpointOnPreempt``:
-they saved on the signal), as a preemption does. The host calls :meth:`drains_due` at the start of every
+they saved on the signal), as a preemption does. Each running job whose stop time a verb moves gets a
+NOTICE change for its event log: ``Draining`` (when it will be stopped) or ``DrainCalledOff``; a stop at
+once (grace 0) has only its PREEMPTED change. The host calls :meth:`drains_due` at the start of every
 cycle, so the simulator and the service's runner stop drained jobs at the same point of their step.
 
 A mixin of :class:`rackscale.host.host.ClusterHost` (it uses the host's ``_stop``/``_requeue``).
@@ -35,6 +37,7 @@ from rackscale.host.runs import JobRun
 from rackscale.model.errors import RackscaleError
 from rackscale.model.state import ClusterState
 from rackscale.scheduler.cycles import CycleDriver
+from rackscale.scheduler.status import duration_words
 
 
 class NodeMode(StrEnum):
@@ -122,6 +125,16 @@ class HoldOrder:
     holds: tuple[tuple[int, NodeHold | None], ...]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StopAt:
+    """When the drains of a running job's nodes stop it: the soonest deadline, the nodes whose drain has
+    it, and that drain's reason."""
+
+    deadline: float
+    nodes: tuple[int, ...]
+    reason: str
+
+
 class DrainsMixin:
     state: ClusterState
     runs: dict[str, JobRun]
@@ -165,7 +178,11 @@ class DrainsMixin:
 
     def put_holds(self, holds: Iterable[tuple[int, NodeHold | None]], now: float) -> list[Change]:
         """Set each node's hold as it is given (None: none), e.g. as the store has them after a restart;
-        then stop what a drain whose grace has run out still finds there."""
+        then stop what a drain whose grace has run out still finds there. A running job whose stop time
+        this moves (a drain starts, comes sooner, is called off) gets a NOTICE change saying so first."""
+        holds = list(holds)
+        jobs = sorted({job for n, _ in holds for job in self.state.node_jobs[n]})
+        before = {job: self._stop_at(job) for job in jobs}
         for n, hold in holds:
             if hold is None:
                 if self.holds.pop(n, None) is not None:
@@ -175,7 +192,46 @@ class DrainsMixin:
                 if n not in self.holds:
                     self.state.cordon_node(n)
                 self.holds[n] = hold
-        return self.drains_due(now)
+        notices = [c for job in jobs if (c := self._notice(job, before[job], now)) is not None]
+        return notices + self.drains_due(now)
+
+    def _stop_at(self, job: str) -> _StopAt | None:
+        """When the drains of the nodes ``job`` runs on stop it (the soonest), and which nodes say so."""
+        soonest: _StopAt | None = None
+        for n in sorted(set(self.state.running[job].placement.nodes)):
+            hold = self.holds.get(n)
+            if hold is None or hold.deadline is None:
+                continue
+            if soonest is None or hold.deadline < soonest.deadline:
+                soonest = _StopAt(deadline=hold.deadline, nodes=(n,), reason=hold.reason)
+            elif hold.deadline == soonest.deadline:
+                soonest = replace(soonest, nodes=(*soonest.nodes, n))
+        return soonest
+
+    def _notice(self, job: str, before: _StopAt | None, now: float) -> Change | None:
+        """The NOTICE for a job whose drain stop time moved (None: it did not, or the stop is now: the
+        PREEMPTED change that follows at once says it)."""
+        after = self._stop_at(job)
+        # Only the stop time counts (an uncordon may leave another node's drain saying the same time).
+        if (None if after is None else after.deadline) == (None if before is None else before.deadline):
+            return None
+        if after is not None and after.deadline <= now:
+            return None
+        if after is None:
+            assert before is not None
+            if before.deadline <= now:
+                return None  # its grace had run out: it was stopped (or is, this instant)
+            msg = f"the drain of {self._names(before.nodes)} was called off: it goes on"
+            return Change(job, ChangeKind.NOTICE, now, "DrainCalledOff", msg)
+        why = f" ({after.reason})" if after.reason else ""
+        left = duration_words(after.deadline - now)
+        msg = f"draining {self._names(after.nodes)}{why}: stopped and requeued in {left} unless it ends first"
+        return Change(job, ChangeKind.NOTICE, now, "Draining", msg)
+
+    def _names(self, nodes: tuple[int, ...]) -> str:
+        names = [self.state.cluster.nodes[n].name for n in nodes]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        return ("node " if len(names) == 1 else "nodes ") + shown
 
     def _verb(self, nodes: Iterable[int], verb: HoldVerb, *, now: float, reason: str, grace_s: float) -> list[Change]:
         holds = self.holds

@@ -18,7 +18,7 @@ from rackscale.model.topology import GPUCluster
 from rackscale.scheduler.framework import Profile
 
 # The change kinds under the names the store and the runner have long used.
-SCHEDULED, PREEMPTED, RESIZED, COMPLETED, FAILED, CANCELLED, WAITING = (
+SCHEDULED, PREEMPTED, RESIZED, COMPLETED, FAILED, CANCELLED, WAITING, NOTICE = (
     ChangeKind.SCHEDULED,
     ChangeKind.PREEMPTED,
     ChangeKind.RESIZED,
@@ -26,6 +26,7 @@ SCHEDULED, PREEMPTED, RESIZED, COMPLETED, FAILED, CANCELLED, WAITING = (
     ChangeKind.FAILED,
     ChangeKind.CANCELLED,
     ChangeKind.WAITING,
+    ChangeKind.NOTICE,
 )
 
 
@@ -71,6 +72,7 @@ __all__ = [
     "CANCELLED",
     "COMPLETED",
     "FAILED",
+    "NOTICE",
     "PREEMPTED",
     "RESIZED",
     "SCHEDULED",

@@ -9,7 +9,7 @@ never an exception: the host then holds the service (or follows its model, ``fal
 
 :class:`LiveAutoscaler` is what the runner holds: it says when a pass is due (every 15 s, the HPA's sync
 period), reads the loads outside the runner's lock (the only I/O here), then runs the host's pass under it
-and logs a service that starts or stops being held, once each way.
+and logs a service that starts or stops being held, once each way (a NOTICE change in its event log too).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import httpx
 
 from rackscale.host.autoscale import HPA_DEFAULT, Load, NoLoad, Reading, ScaleBehaviour
-from rackscale.host.changes import Change
+from rackscale.host.changes import Change, ChangeKind
 from rackscale.host.host import ClusterHost
 from rackscale.model.workload import LoadMetric
 
@@ -138,14 +138,18 @@ class LiveAutoscaler:
     def apply(self, host: ClusterHost, now: float, readings: dict[str, Reading]) -> list[Change]:
         """The host's pass with those loads (under the runner's lock): its scale-downs as changes."""
         step = host.autoscale(now, readings=readings, behaviour=self.behaviour)
+        notices: list[Change] = []  # a hold's start and end, once each, in the service's event log too
         for name, why in step.held.items():
             if name not in self.held:
                 log.warning("autoscaler: service %s %s", name, why)
-        for name in set(self.held) - set(step.held):
+                notices.append(Change(name, ChangeKind.NOTICE, now, "AutoscaleHeld", why))
+        for name in sorted(set(self.held) - set(step.held)):
             if name in host.serving_jobs:
                 log.warning("autoscaler: service %s reads its load again", name)
+                msg = "reads its load again: the autoscaler follows it (the hold is over)"
+                notices.append(Change(name, ChangeKind.NOTICE, now, "AutoscaleResumed", msg))
         self.held = dict(step.held)
-        return step.changes
+        return notices + step.changes
 
 
 __all__ = ["LiveAutoscaler", "LoadSource", "NoSource", "PrometheusSource"]

@@ -2,11 +2,12 @@
 ``POST /v1/racks/NAME/...`` (every node of the rack), body ``{"reason": "...", "grace": "10m"}`` (both
 optional; ``grace`` is for a drain: seconds or a duration such as ``90s``, ``10m``, ``1h30m``).
 
-Each node's resulting hold is committed to the store first (a ``meta`` row per held node, ``hold:NAME``;
-an empty value once uncordoned), then handed to the runner (:meth:`Runner.held`), which applies it in its
-next step: so an answered request survives a restart, and :func:`restore_holds` hands the stored holds
-to the runner again at start-up (a drain whose grace ran out while the service was down stops its jobs
-in the first step). The semantics are the host's (:mod:`rackscale.host.drains`).
+Each node's resulting hold is committed to the store first (a ``meta`` row per held node, ``hold:NAME``,
+deleted once uncordoned; an empty value, as an older version wrote, reads as no hold), then handed to the
+runner (:meth:`Runner.held`), which applies it in its next step: so an answered request survives a
+restart, and :func:`restore_holds` hands the stored holds to the runner again at start-up (a drain whose
+grace ran out while the service was down stops its jobs in the first step). The semantics are the host's
+(:mod:`rackscale.host.drains`).
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the route signatures at run time.
@@ -136,7 +137,11 @@ def mount_nodes(app: FastAPI, ctx: ServiceContext) -> None:
             try:
                 for n, hold in new:
                     if hold != current.get(n):
-                        ctx.store.set_meta(hold_key(cluster.nodes[n].name), _encode(hold))
+                        key = hold_key(cluster.nodes[n].name)
+                        if hold is None:  # no row, not an empty one (an older empty row reads as no hold)
+                            ctx.store.delete_meta(key)
+                        else:
+                            ctx.store.set_meta(key, _encode(hold))
                         written.append(n)
             except StoreUnavailable as e:  # the nodes written so far are committed: hand those on
                 done = [(n, h) for n, h in new if n in written]

@@ -1,6 +1,13 @@
 """A scheduling cycle's changes (:class:`~rackscale.service.live.Change`) committed to the store: each one
 applies only to the run it was decided for, and only from the phases its transition allows, so a change
 that lost a race (the job was cancelled meanwhile) is rejected rather than applied; the caller learns which.
+
+A NOTICE (a drain will stop the job, the autoscaler holds it) is an event of the run and nothing else: the
+row's phase, placement, reason and message stay. Those say why the job is where it is (why it waits, where
+it was placed, why it ended), which a notice does not change; and a notice that is later called off (an
+uncordon, the load read again) would leave a stale message on the row, or need another write to put the
+old one back, which is lost by then. So a notice costs one event INSERT, no UPDATE; one for a run that has
+ended meanwhile is dropped, and not reported as rejected (the caller would undo the job's other changes).
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from typing import Any
 from sqlalchemy import and_, bindparam, select, update
 from sqlalchemy.engine import Connection
 
-from rackscale.service.live import COMPLETED, FAILED, PREEMPTED, RESIZED, SCHEDULED, WAITING, Change
+from rackscale.service.live import COMPLETED, FAILED, NOTICE, PREEMPTED, RESIZED, SCHEDULED, WAITING, Change
 from rackscale.service.phase import ACTIVE, JobPhase
 from rackscale.service.store.rows import encode_placement
 from rackscale.service.store.schema import INSERT_EVENT, jobs
@@ -25,6 +32,7 @@ TRANSITIONS: dict[str, tuple[tuple[JobPhase, ...], JobPhase | None]] = {
     COMPLETED: ((JobPhase.RUNNING,), JobPhase.COMPLETED),
     FAILED: (ACTIVE, JobPhase.FAILED),
     WAITING: ((JobPhase.PENDING,), None),
+    NOTICE: (ACTIVE, None),  # an event of the run only (no UPDATE: see the module's docstring)
 }
 
 
@@ -59,17 +67,19 @@ def apply_changes(c: Connection, changes: Sequence[Change]) -> set[str]:
             seq = None  # its run has ended meanwhile (a newer run of the name may be active)
         now_status = status.get(seq) if seq is not None else None
         if seq is None or now_status not in allowed:
-            rejected.add(ch.job)
+            if ch.type != NOTICE:  # a notice that lost its race is dropped: there is nothing to undo
+                rejected.add(ch.job)
             continue
         if to is not None:
             status[seq] = to
-        if ch.job in touched:
-            flush()  # a second change to one job in this batch: keep their order
-        touched.add(ch.job)
-        groups.setdefault(ch.type, []).append(_params(ch, seq, to or now_status or JobPhase.PENDING))
-        logged.append(
-            {"job": ch.job, "run": seq, "time": ch.time, "type": ch.type, "reason": ch.reason, "message": ch.message}
-        )
+        if ch.type != NOTICE:
+            if ch.job in touched:
+                flush()  # a second change to one job in this batch: keep their order
+            touched.add(ch.job)
+            groups.setdefault(ch.type, []).append(_params(ch, seq, to or now_status or JobPhase.PENDING))
+        # The reason as the row keeps it: the column holds 64 characters (PostgreSQL refuses a longer one).
+        event = {"job": ch.job, "run": seq, "time": ch.time, "type": ch.type, "reason": ch.reason[:64]}
+        logged.append({**event, "message": ch.message})
     flush()
     if logged:
         c.execute(INSERT_EVENT, logged)

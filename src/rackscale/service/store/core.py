@@ -132,6 +132,14 @@ class Store(StoreWriter, StoreReads):
 
         self._call(run)
 
+    def delete_meta(self, key: str) -> None:
+        """Remove a meta value (none there: nothing to do). Raises StoreUnavailable as the other writes do."""
+
+        def run(c: Connection) -> None:
+            c.execute(delete(meta).where(meta.c.key == key))
+
+        self._call(run)
+
     def probe(self) -> bool:
         """A small real write (a row big enough to need new pages, deleted in the same transaction): does
         the store take writes again? Clears ``failing`` when it commits."""

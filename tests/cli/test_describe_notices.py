@@ -1,0 +1,45 @@
+"""``rackscale describe job`` of a job on a node drained with a grace: its events say when it will be
+stopped (a NOTICE), while its status stays ``running (Scheduled)``; an uncordon says the drain is off.
+The real service (2 NVL72 racks, clock 1000x) on a loopback port, the verbs through the CLI app."""
+
+from __future__ import annotations
+
+from tests.cli.test_service_verbs import (  # noqa: F401  (_no_user_config, service: the fixtures)
+    _no_user_config,
+    admin_client,
+    job_doc,
+    rs,
+    service,
+    submit_api,
+    wait_status,
+)
+from tests.service.conftest import LiveService, wait_for
+
+
+def events_of(out: str) -> list[list[str]]:
+    lines = out.splitlines()
+    return [line.split(None, 3) for line in lines[lines.index("Events:") + 2 :]]  # TYPE REASON AGE MESSAGE
+
+
+def test_describe_shows_the_drains_notice_and_its_end(service: LiveService) -> None:  # noqa: F811
+    submit_api(service, job_doc("train-1", gpus=4))
+    [node] = [s["node"] for s in wait_status(service, "train-1", "running")["placement"]["nodes"]]
+    with admin_client(service) as c:
+        r = c.post(f"/v1/nodes/{node}/drain", json={"reason": "firmware", "grace": "1d"})
+        assert r.status_code == 200, r.text
+
+    def described() -> str:
+        code, out, _ = rs(service, "describe", "job", "train-1")
+        assert code == 0
+        return out
+
+    out = str(wait_for(lambda: (o := described()) and "notice" in o and o, what="the notice"))
+    assert "Status:       running (Scheduled)" in out.splitlines()  # the row is untouched
+    rows = events_of(out)
+    assert [row[:2] for row in rows] == [["submitted", "Submitted"], ["scheduled", "Scheduled"], ["notice", "Draining"]]
+    assert rows[-1][3] == f"draining node {node} (firmware): stopped and requeued in 1 d unless it ends first"
+
+    with admin_client(service) as c:
+        assert c.post(f"/v1/nodes/{node}/uncordon").status_code == 200
+    out = str(wait_for(lambda: (o := described()) and "DrainCalledOff" in o and o, what="the called-off notice"))
+    assert events_of(out)[-1][3] == f"the drain of node {node} was called off: it goes on"
