@@ -5,14 +5,17 @@ uses it starts with no jobs. Missing Slurm binaries FAIL the tests (with the ins
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from rackscale.model.topology import GPUCluster
-from rackscale.slurm import emulated
+from rackscale.slurm import block, emulated
 from rackscale.slurm.commands import INSTALL_HINT
 
 SPEC = GPUCluster.uniform(name="slurm-test", racks_per_region=4, nodes_per_rack=4, gpus_per_node=4)
@@ -49,3 +52,27 @@ def _drain(emu: emulated.EmulatedSlurm, timeout: float = 20.0) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"Slurm did not drain in {timeout}s: squeue {out!r}, idle nodes {idle!r}")
+
+
+BLOCK_ROOT_ENV = "RACKSCALE_SLURM_BLOCK_ROOT"
+
+
+@pytest.fixture(scope="session")
+def block_root() -> Iterator[Path]:
+    """A Debian 13 root with Slurm 24.11 (topology/block), built once for every test module that starts a
+    block cluster in it (~1 min); reused from $RACKSCALE_SLURM_BLOCK_ROOT (built there if it is not yet;
+    kept). Skipped only when the machine cannot build or run it, saying what is missing."""
+    given = os.environ.get(BLOCK_ROOT_ENV)
+    # Not pytest's tmp dir: its clean-up of old runs must never walk into a bind mount of /dev left by a crash.
+    root = Path(given) if given else Path(tempfile.mkdtemp(prefix="rs-block-root-", dir="/tmp"))
+    why = block.missing(root)
+    if why:
+        if not given:
+            root.rmdir()
+        pytest.skip(f"cannot build or run Slurm 24.11 (topology/block) here: missing {', '.join(why)}")
+    try:
+        block.build_root(root)
+        yield root
+    finally:
+        if not given:
+            block.remove_root(root)

@@ -10,7 +10,6 @@ machine cannot do it (not root, no debootstrap/chroot/mount): the skip names wha
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -31,30 +30,16 @@ from rackscale.slurm.commands import SlurmError, SlurmJob
 from rackscale.slurm.importer import import_cluster
 
 SPEC = GPUCluster.uniform(name="slurm-block-test", racks_per_region=2, nodes_per_rack=4, gpus_per_node=4)
-ROOT_ENV = "RACKSCALE_SLURM_BLOCK_ROOT"
 TIMEOUT = 30.0
 
 
 @pytest.fixture(scope="session")
-def block_cluster() -> Iterator[BlockSlurm]:
-    given = os.environ.get(ROOT_ENV)
-    # Not pytest's tmp dir: its clean-up of old runs must never walk into a bind mount of /dev left by a crash.
-    root = Path(given) if given else Path(tempfile.mkdtemp(prefix="rs-block-root-", dir="/tmp"))
-    why = block.missing(root)
-    if why:
-        if not given:
-            root.rmdir()
-        pytest.skip(f"cannot build or run Slurm 24.11 (topology/block) here: missing {', '.join(why)}")
+def block_cluster(block_root: Path) -> Iterator[BlockSlurm]:
+    emu = block.start(SPEC, block_root)
     try:
-        block.build_root(root)
-        emu = block.start(SPEC, root)
-        try:
-            yield emu
-        finally:
-            emu.stop()
+        yield emu
     finally:
-        if not given:
-            block.remove_root(root)
+        emu.stop()
 
 
 @pytest.fixture

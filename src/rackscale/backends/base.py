@@ -89,6 +89,17 @@ def resize(backend: Backend, spec: JobSpec, placement: Placement, *, now: float)
     backend.start(spec, placement, now=now)
 
 
+def warn(backend: object, job: str, *, now: float, grace_s: float) -> bool:
+    """A drain's stop signal at its start, for the backends that can send it (an optional method
+    ``warn(job, *, now, grace_s)``: kubectl drain's SIGTERM, then ``grace_s`` before the runner's ``stop``):
+    the job may checkpoint and end. False for a backend without it (the simulated one: nothing to tell)."""
+    fn = getattr(backend, "warn", None)
+    if not callable(fn):
+        return False
+    fn(job, now=now, grace_s=grace_s)
+    return True
+
+
 def orphans(backend: object) -> list[str]:
     """The jobs the backend still runs from an earlier start of the service, asked before ``adopt``, for the
     backends that can tell (an optional method ``orphans() -> list[str]``); [] for the others. The service

@@ -34,6 +34,13 @@ from pathlib import Path
 
 from rackscale.backends.local_backend import KILL_WAIT_S, LOST, NO_COMMAND, LocalBackend
 from rackscale.backends.local_files import TRUNCATED_MARKER, LocalFiles, last_log_line
+from rackscale.backends.local_health import (
+    DEFAULT_HEALTH_INTERVAL_S,
+    DEFAULT_HEALTH_TIMEOUT_S,
+    HealthCommand,
+    NvmlHealth,
+    command_argv,
+)
 from rackscale.backends.local_procs import WRAPPER_ENV, WRAPPER_MODULE, WRAPPER_SCRIPT
 from rackscale.backends.local_procs import is_our_wrapper as _is_our_wrapper
 from rackscale.backends.local_setup import (
@@ -56,6 +63,8 @@ from rackscale.model.topology import GPUCluster
 
 __all__ = [
     "DEFAULT_GRACE_S",
+    "DEFAULT_HEALTH_INTERVAL_S",
+    "DEFAULT_HEALTH_TIMEOUT_S",
     "DEFAULT_JOB_USERS",
     "DEFAULT_MAX_LOG_BYTES",
     "GPU_HINT",
@@ -68,10 +77,12 @@ __all__ = [
     "WRAPPER_ENV",
     "WRAPPER_MODULE",
     "WRAPPER_SCRIPT",
+    "HealthCommand",
     "JobUser",
     "LocalBackend",
     "LocalBackendError",
     "LocalFiles",
+    "NvmlHealth",
     "_is_our_wrapper",  # the tests' name for it, from before the split
     "discover_gpus",
     "gpu_model",
@@ -87,7 +98,9 @@ def make_local_backend(
     data_dir: Path, cluster: GPUCluster | None, options: Mapping[str, object]
 ) -> tuple[LocalBackend, GPUCluster]:
     """The service's factory. Options: ``gpus`` (GPU indexes), ``stop_grace_s`` (SIGTERM to SIGKILL, s),
-    ``run_as`` (user name), ``allow_root_jobs`` (bool), ``max_log_bytes`` (int)."""
+    ``run_as`` (user name), ``allow_root_jobs`` (bool), ``max_log_bytes`` (int); the node's health:
+    ``health_command`` (a command line or argv), ``health_interval_s``, ``health_timeout_s``, ``nvml_health``
+    (bool, default true: read NVML where it is installed)."""
     grace = options.get("stop_grace_s", DEFAULT_GRACE_S)
     if not isinstance(grace, int | float) or isinstance(grace, bool) or grace < 0:
         raise LocalBackendError(f"--stop-grace must be a number of seconds >= 0 (got {grace!r}); e.g. --stop-grace 10")
@@ -99,6 +112,7 @@ def make_local_backend(
         raise LocalBackendError(f"--allow-root-jobs is a flag, true or false (got {allow_root!r}); leave it off")
     cap = check_log_cap(options.get("max_log_bytes", DEFAULT_MAX_LOG_BYTES))
     gpus, model = discover_gpus(options, cluster)
+    local = local_cluster(len(gpus), model)
     backend = LocalBackend(
         data_dir,
         gpus,
@@ -106,5 +120,33 @@ def make_local_backend(
         run_as=run_as.strip() if isinstance(run_as, str) else None,
         allow_root_jobs=allow_root,
         max_log_bytes=cap,
+        health=health_sources(options, node=local.nodes[0].name, gpus=gpus),
     )
-    return backend, local_cluster(len(gpus), model)
+    return backend, local
+
+
+def _seconds(options: Mapping[str, object], key: str, default: float, flag: str) -> float:
+    value = options.get(key, default)
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value < 86400:
+        raise LocalBackendError(f"{flag} must be a number of seconds between 0 and 86400 (got {value!r})")
+    return float(value)
+
+
+def health_sources(
+    options: Mapping[str, object], *, node: str, gpus: tuple[int, ...]
+) -> list[HealthCommand | NvmlHealth]:
+    """Where the node's health comes from: NVML (unless ``nvml_health`` is false; it turns itself off
+    without pynvml or a driver) and the operator's ``health_command``, each read every ``health_interval_s``."""
+    interval = _seconds(options, "health_interval_s", DEFAULT_HEALTH_INTERVAL_S, "--health-interval")
+    out: list[HealthCommand | NvmlHealth] = []
+    if options.get("nvml_health", True) is not False:
+        out.append(NvmlHealth(node=node, gpus=gpus, interval_s=interval))
+    command = options.get("health_command")
+    if command is not None:
+        timeout = _seconds(options, "health_timeout_s", DEFAULT_HEALTH_TIMEOUT_S, "--health-timeout")
+        try:
+            argv = command_argv(command)
+        except ValueError as e:
+            raise LocalBackendError(str(e)) from None
+        out.append(HealthCommand(argv, node=node, gpus=len(gpus), interval_s=interval, timeout_s=timeout))
+    return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from rackscale.backends.base import Exit, RunningJobRecord
 from rackscale.backends.local_files import LocalFiles, exit_of, read_int_file, write_atomic
+from rackscale.backends.local_health import HealthCommand, NvmlHealth
 from rackscale.backends.local_procs import (
     WRAPPER_ENV,
     WRAPPER_SCRIPT,
@@ -40,6 +42,7 @@ from rackscale.backends.local_setup import (
     job_home,
     resolve_run_as,
 )
+from rackscale.host.parts import NodeHealth
 from rackscale.model.placement import Placement
 from rackscale.model.workload import JobSpec
 
@@ -54,8 +57,9 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 class LocalBackend(LocalFiles):
     """Runs each job's ``command`` on this machine's GPUs ``gpus`` (physical indexes, by node slot), as the
     user :func:`resolve_run_as` picks from ``run_as`` and ``allow_root_jobs``, each log within
-    ``max_log_bytes``. Raises :class:`LocalBackendError` if that user cannot be used or the data directory
-    cannot be set up."""
+    ``max_log_bytes``; ``health``: where :meth:`health` reads the node's health (NVML, the operator's
+    command: :mod:`~rackscale.backends.local_health`; none: always healthy). Raises :class:`LocalBackendError`
+    if that user cannot be used or the data directory cannot be set up."""
 
     name = "local"
 
@@ -69,6 +73,7 @@ class LocalBackend(LocalFiles):
         run_as: str | None = None,
         allow_root_jobs: bool = False,
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+        health: Sequence[HealthCommand | NvmlHealth] = (),
     ) -> None:
         self.gpus = tuple(gpus)
         self.grace_s = grace_s
@@ -81,6 +86,8 @@ class LocalBackend(LocalFiles):
         self._stopping: list[Stopping] = []
         self._pending: list[Exit] = []  # failures found at start, reported by the next poll
         self._reported: list[tuple[str, int]] = []  # (job, wrapper pid) whose run/ files go at the next poll
+        self.health_sources = tuple(health)
+        self._warned: dict[str, float] = {}  # job -> when (service clock) the drain's grace it was told of ends
 
     # ------------------------------------------------------------------ the job
     def job_env(self, job: str, devices: Sequence[int], spec_env: Mapping[str, str]) -> dict[str, str]:
@@ -212,7 +219,23 @@ class LocalBackend(LocalFiles):
         self._pending = [e for e in self._pending if e.job != job]
         run = self._runs.pop(job, None)
         if run is not None:
-            self._terminate(job, run.pid)
+            self._terminate(job, run.pid, left_s=self._warned[job] - now if job in self._warned else None)
+        self._warned.pop(job, None)
+
+    def warn(self, job: str, *, now: float, grace_s: float) -> None:
+        """A drain's stop signal at its start (kubectl's: SIGTERM, the grace, then SIGKILL): SIGTERM to the
+        job's process group now; its ``stop`` (at the drain's deadline) SIGKILLs what is left once the grace
+        is over, with no second grace."""
+        run = self._runs.get(job)
+        if run is None:
+            return
+        signal_group(run.pid, signal.SIGTERM)
+        self._warned[job] = now + max(0.0, grace_s)
+        log.info("drain: SIGTERM to %s (process group %d); stopped in %.1fs", job, run.pid, grace_s)
+
+    def health(self, now: float) -> list[NodeHealth]:
+        """The node's health from each source (none: healthy); a source that raises goes to the runner."""
+        return [h for src in self.health_sources for h in src.read(now)]
 
     def poll(self, now: float) -> list[Exit]:
         # The exits returned by the previous poll are in the store now: their files can go.
@@ -227,6 +250,9 @@ class LocalBackend(LocalFiles):
         self._runs.clear()
         self._stopping.clear()
         self._pending.clear()
+        self._warned.clear()
+        for src in self.health_sources:
+            src.close()
 
     # ------------------------------------------------------------------ internals
     def _check(self, now: float) -> list[Exit]:
@@ -235,6 +261,7 @@ class LocalBackend(LocalFiles):
             e = self._ended(run)
             if e is not None:
                 del self._runs[job]
+                self._warned.pop(job, None)
                 self._reported.append((job, run.pid))
                 out.append(e)
         self._escalate()
@@ -260,10 +287,19 @@ class LocalBackend(LocalFiles):
     def _exit_of(self, job: str, code: int, dropped: int = 0) -> Exit:
         return exit_of(job, code, dropped, log=self.log_path(job), cap=self.max_log_bytes)
 
-    def _terminate(self, job: str, pid: int) -> None:
+    def _terminate(self, job: str, pid: int, *, left_s: float | None = None) -> None:
+        """SIGTERM, SIGKILL after the grace; ``left_s``: what is left of the grace of a drain the job was told
+        of (``warn``), which bounds it (none left: SIGKILL now)."""
+        clock = time.monotonic()
+        if left_s is not None and left_s <= 0:
+            signal_group(pid, signal.SIGKILL)
+            self._stopping.append(Stopping(job, pid, clock, killed_at=clock))
+            log.info("stopping %s (process group %d): its drain's grace is over: SIGKILL", job, pid)
+            return
+        deadline = clock + min(self.grace_s, left_s if left_s is not None else math.inf)
         signal_group(pid, signal.SIGTERM)
-        self._stopping.append(Stopping(job, pid, time.monotonic() + self.grace_s))
-        log.info("stopping %s (process group %d): SIGTERM, SIGKILL in %.1fs", job, pid, self.grace_s)
+        self._stopping.append(Stopping(job, pid, deadline))
+        log.info("stopping %s (process group %d): SIGTERM, SIGKILL in %.1fs", job, pid, deadline - clock)
 
     def _escalate(self) -> None:
         """SIGKILL the stopped jobs that outlived their grace; forget those that are gone (and their files)."""

@@ -237,6 +237,20 @@ class SlurmBackend:
                 log.warning("scancel %s (%s) failed: %s", job_id, job, e)
         self._forget(job)
 
+    def warn(self, job: str, *, now: float, grace_s: float) -> None:
+        """A drain's stop signal at its start: ``scancel --signal=TERM --full`` (scancel(1),
+        https://slurm.schedmd.com/scancel.html: by default a signal other than SIGKILL is not sent to the batch
+        step, the script itself; ``--batch`` signals the script but not its children, ``--full`` both); the
+        job goes on until the runner's ``stop`` at the drain's deadline (a plain scancel). A failed signal is
+        logged."""
+        job_id = self._jobs.get(job) or self._read_id(job)
+        if job_id is None:
+            return
+        try:
+            self.slurm.run(["scancel", "--signal=TERM", "--full", job_id])
+        except SlurmError as e:
+            log.warning("scancel --signal=TERM %s (%s) failed: %s", job_id, job, e)
+
     # ------------------------------------------------------------------ tracking
     def poll(self, now: float) -> list[Exit]:
         for job in self._reported:  # committed by the runner: the id files can go

@@ -78,6 +78,22 @@ def serve(
             min=4096,
         ),
     ] = 64 * 1024 * 1024,
+    health_command: Annotated[
+        str | None,
+        typer.Option(
+            "--health-command",
+            metavar="'PATH ARGS'",
+            help="local backend: the node's health check, run (no shell) every --health-interval: exit 0 is "
+            "healthy; otherwise the node fails with its first output line, or only GPU N for a line 'gpu N: "
+            "REASON'. Killed (and failed) after --health-timeout.",
+        ),
+    ] = None,
+    health_interval: Annotated[
+        float, typer.Option("--health-interval", help="local backend: seconds between health reads.", min=0)
+    ] = 30.0,
+    health_timeout: Annotated[
+        float, typer.Option("--health-timeout", help="local backend: seconds a health command may run.", min=0)
+    ] = 10.0,
     no_auth: Annotated[
         bool,
         typer.Option(
@@ -125,6 +141,7 @@ def serve(
       rackscale serve --backend local --gpus 0,1        # run jobs' commands on this machine's GPUs 0 and 1
       rackscale serve --host 0.0.0.0 --tokens tokens.yaml --allowed-host sched.example.com
       rackscale serve --backend local --run-as rackscale-job --max-log-bytes 16777216
+      rackscale serve --backend local --health-command '/usr/local/bin/gpu-check --quick'
       rackscale serve --prometheus-url http://127.0.0.1:9090   # services scale on their autoscale.query
 
     Profiles (--policy):
@@ -149,7 +166,13 @@ def serve(
         "stop_grace_s": stop_grace,
         "allow_root_jobs": allow_root_jobs,
         "max_log_bytes": max_log_bytes,
+        "health_interval_s": health_interval,
+        "health_timeout_s": health_timeout,
     }
+    if health_command is not None:
+        if backend != "local":
+            fail(f"--health-command is for --backend local (the {backend} backend reads its own node health)")
+        options["health_command"] = health_command
     if run_as is not None:
         options["run_as"] = run_as
     if slurm_conf is not None:

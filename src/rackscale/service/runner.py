@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from rackscale.backends.base import Backend, Exit, RunningJobRecord, admitted, resize
+from rackscale.backends.base import Backend, Exit, RunningJobRecord, admitted, resize, warn
 from rackscale.backends.health import NodeHealth, health_of
 from rackscale.host.autoscale import Reading
 from rackscale.host.drains import HoldOrder
@@ -122,6 +122,10 @@ class Runner:
         # Inference services' replicas follow their load (service/load_signal.py); None: no pass due.
         self.autoscaler = autoscaler or LiveAutoscaler()
         self._loads: dict[str, Reading] | None = None
+        # A drain's stop signal (backend ``warn``), once per job and drain; a warned job's failed exit in the
+        # grace (it stopped on the signal) waits for the drain's deadline, which requeues it (_drain_signals).
+        self._warned: set[str] = set()
+        self._held: dict[str, Exit] = {}
 
     @property
     def problem(self) -> str | None:
@@ -229,7 +233,9 @@ class Runner:
                     return []
                 done.append((kept.seconds, kept.changes))
                 self._act(kept.changes, rejected, now)
+                self._drain_signals(kept.changes, now)
             exits = self._poll(now)  # backend I/O: outside the lock
+            exits = self._held_back(exits)
             self._reports = self._health(now)  # after the poll: a node that failed a job is down in it
             self._loads = self.autoscaler.read(self.live, now)  # Prometheus I/O: outside the lock too
             with self.lock:  # the memory and the store change together, as readers see them
@@ -243,6 +249,7 @@ class Runner:
             if rejected is not None:  # backend I/O, once committed: outside the lock
                 done.append((seconds, changes))
                 self._act(changes, rejected, now)
+                self._drain_signals(changes, now)
             self.last_step = now
             if not changes and self.store.failing and time.monotonic() - self._probed >= PROBE_S:
                 self._probed = time.monotonic()  # nothing to commit: does the store take writes again?
@@ -262,6 +269,40 @@ class Runner:
             name = type(e).__name__
             log.exception("backend %s: poll raised %s: %s (polled again next step)", self.backend.name, name, e)
         return exits
+
+    def _held_back(self, exits: list[Exit]) -> list[Exit]:
+        """The exits to feed: a warned job that failed while its drain's grace runs (it stopped on the signal)
+        is held, and requeued at the deadline (drains_due) like one still running; its exit is fed only if
+        the drain is called off first. An exit 0 is fed at once: the job is done."""
+        notices = self.live.drain_notices()  # the runner's thread is the host's only writer: no lock needed
+        out = [e for e in exits if e.ok or e.job not in self._warned or e.job not in notices]
+        self._held.update((e.job, e) for e in exits if e not in out)
+        for job in [j for j in self._held if j not in notices]:
+            out.append(self._held.pop(job))
+        return out
+
+    def _drain_signals(self, changes: list[Change], now: float) -> None:
+        """Send the drain's stop signal to each job a drain in its grace newly lists (kubectl drain: SIGTERM,
+        the grace, then the kill), for a backend with ``warn``; forget the jobs the drain has requeued."""
+        for ch in changes:
+            if ch.type == PREEMPTED:
+                self._held.pop(ch.job, None)
+                self._warned.discard(ch.job)
+        notices = self.live.drain_notices()
+        self._warned &= set(notices)
+        for job in sorted(set(notices) - self._warned):
+            ends = [
+                h.deadline
+                for n, h in self.live.holds.items()
+                if h.deadline is not None and job in self.live.state.node_jobs[n]
+            ]
+            self._warned.add(job)
+            try:
+                if not warn(self.backend, job, now=now, grace_s=max(0.0, min(ends, default=now) - now)):
+                    return  # a backend that cannot send it (the simulated one): nothing to do for any job
+            except Exception as e:
+                self.errors += 1
+                log.exception("backend %s: warn of %s raised %s: %s", self.backend.name, job, type(e).__name__, e)
 
     def _health(self, now: float) -> list[NodeHealth] | None:
         """The backend's health report (backends bound its cost: they re-read at their own interval); one
