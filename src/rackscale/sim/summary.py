@@ -101,7 +101,8 @@ POLICY_NOTES = {
 SAME_REST = (
     "the placement baselines share one queue order (priority, fair share, submit time), EASY backfill and "
     "preemption of lower priorities, and differ in placement; rackscale adds least-attained-service order, "
-    "preemption between equal priorities and loans of reserved GPUs; tiresias is 2D-LAS without reservations"
+    "preemption between equal priorities, loans of reserved GPUs and elastic gangs (minGpus/maxGpus) resized; "
+    "tiresias is 2D-LAS without reservations"
 )
 CURRENCY_CODES = {"元": "CNY", "RMB": "CNY", "$": "USD", "€": "EUR", "£": "GBP"}
 
