@@ -17,8 +17,10 @@ from tests.scheduler.builders import ClusterBuilder, gpus_by_rack, placed, rende
 from rackscale.model import training
 from rackscale.model.workload import JobSpec
 from rackscale.scheduler import PROFILES, Profile
+from rackscale.scheduler.backfill import plan_reservation
 from rackscale.scheduler.decisions import ResizeKind
 from rackscale.scheduler.elastic import MIN_RESIZE_INTERVAL_S
+from rackscale.scheduler.framework import CycleContext
 
 FIXED = replace(PROFILES["rackscale"], name="rackscale-fixed", elastic=False)
 LATER = MIN_RESIZE_INTERVAL_S + 1.0
@@ -146,18 +148,19 @@ def test_grow_does_not_pay_for_a_job_about_to_end() -> None:
     assert not run_cycle(state, [], now=LATER).resized
 
 
-def test_grow_leaves_a_reservations_racks_alone() -> None:
-    # A 16-GPU gang waits for both racks (a reservation over r000 and r001): e may not grow into them.
+def test_grow_leaves_a_reservations_racks_alone_when_its_holder_starts_soon() -> None:
+    # A 16-GPU gang waits for both racks, from e's end 500 s away (less than loans.MIN_LOAN_S): e may not
+    # grow into them, although the growth would pay for itself (500 s x 1/2 > 4 x the restart).
     e = elastic("e", 4, 2, 8)
     state = (
         ClusterBuilder()
         .racks(2)
-        .with_running("e", on={(0, 0): 4}, spec=e, expected_end=LATER + 36_000)
+        .with_running("e", on={(0, 0): 4}, spec=e, expected_end=LATER + 500)
         .with_running("x", gpus=2, rack=1, preemptible=False, expected_end=LATER + 100)
         .build()
     )
     d = run_cycle(state, [training("big", 16, submit_time=0.0)], now=LATER)
-    assert d.reservation is not None and d.reservation.job == "big"
+    assert d.reservation is not None and d.reservation.job == "big" and d.reservation.start == LATER + 500
     assert not d.resized
 
 
@@ -166,3 +169,41 @@ def test_profiles_list_the_elastic_switch() -> None:
     baselines = ("first-fit", "best-fit", "slurm-tree", "tiresias", "kueue-tas", "slurm-block")
     assert not any(PROFILES[name].elastic for name in baselines)  # the peers run every gang at its size
     assert isinstance(FIXED, Profile)
+
+
+def test_a_gang_grows_on_loan_into_its_reserved_rack_while_the_holder_is_far_off() -> None:
+    """r000: e (asked 4, max 8) on n00, ending in 50 min; r001: x (8 GPUs, non-preemptible) for 10 h.
+    h (8 GPUs) waits for r000 (e's end: 3,000 s away, more than loans.MIN_LOAN_S): e may grow into the
+    rest of r000 on loan, beyond what it asked for, and the reservation counts that growth as free."""
+    e = elastic("e", 4, 2, 8)
+    state = (
+        ClusterBuilder()
+        .racks(2)
+        .with_running("e", on={(0, 0): 4}, spec=e, expected_end=LATER + 3_000)
+        .with_running("x", gpus=8, rack=1, preemptible=False, expected_end=LATER + 36_000)
+        .build()
+    )
+    d = run_cycle(state, [training("h", 8, submit_time=0.0)], now=LATER)
+    assert d.reservation is not None and d.reservation.racks == frozenset({0})
+    assert d.reservation.start == LATER + 3_000  # not pushed back by the loan
+    (z,) = d.resized
+    assert z.kind is ResizeKind.GROWN and z.placement.whole_gpus == 8
+    # Planned again with e grown, the start is the same: the 4 GPUs e grew into count as the holder's.
+    ctx = CycleContext(now=LATER + 1, queues={}, models=state.cluster.gpu_models)
+    again = plan_reservation(training("h", 8, submit_time=0.0), state, ctx)
+    assert again is not None and again.racks == frozenset({0}) and again.start == LATER + 3_000
+
+
+def test_no_loan_growth_for_a_holder_about_to_start_or_of_lower_priority() -> None:
+    e = elastic("e", 4, 2, 8, priority=10)
+    for e_spec, end in ((e, LATER + 3_000), (elastic("e", 4, 2, 8), LATER + 500)):
+        state = (
+            ClusterBuilder()
+            .racks(2)
+            .with_running("e", on={(0, 0): 4}, spec=e_spec, expected_end=end)
+            .with_running("x", gpus=8, rack=1, preemptible=False, expected_end=LATER + 36_000)
+            .build()
+        )
+        d = run_cycle(state, [training("h", 8, submit_time=0.0)], now=LATER)
+        assert d.reservation is not None and d.reservation.racks == frozenset({0})
+        assert not d.resized, "growth into the holder's rack: higher than the holder, or its start too near"

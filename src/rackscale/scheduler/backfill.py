@@ -34,6 +34,9 @@ def plan_reservation(job: JobSpec, state: StateView, ctx: CycleContext) -> Reser
             k = cluster.nodes[a.node].rack
             if k in free:
                 free[k] += a.whole_gpus
+    # Likewise what an elastic gang of no higher priority grew into beyond its request (``elastic.py``):
+    # the shrink action gives it back to this job at once. Counted now; at the gang's end only the rest.
+    grown = _grown(job, state, free)
     # Lazily, soonest first: the answer usually comes after the first few ends.
     ending = state.ends_in_order()
     upcoming = next(ending, None)
@@ -51,8 +54,8 @@ def plan_reservation(job: JobSpec, state: StateView, ctx: CycleContext) -> Reser
                     return frozenset(got)
         return None
 
-    if loaned:
-        # With the loans back it may fit now: then the reservation starts now (the reclaim action's cue).
+    if loaned or grown:
+        # With the loans (and growth) back it may fit now: the reservation starts now (reclaim's, shrink's cue).
         if need <= cap:
             fits = [r for r in free if free[r] >= need]
             if fits:
@@ -71,11 +74,14 @@ def plan_reservation(job: JobSpec, state: StateView, ctx: CycleContext) -> Reser
         end, name = upcoming
         upcoming = next(ending, None)
         if name not in loaned:
+            back = grown.get(name, {})
             for a in state.running[name].placement.allocs:
                 r = nodes[a.node].rack
                 if r in free:
                     free[r] += a.whole_gpus
                     touched.add(r)
+            for r, counted in back.items():
+                free[r] -= counted  # (counted as free already)
         if upcoming is not None and upcoming[0] == end:
             continue  # jobs ending at the same instant count together
         if need <= cap:
@@ -101,3 +107,29 @@ def plan_reservation(job: JobSpec, state: StateView, ctx: CycleContext) -> Reser
     region = closest[1]
     in_region = sorted((r for r in free if cluster.racks[r].region == region), key=lambda r: (-free[r], r))
     return Reservation(job=job.name, racks=frozenset(in_region[:k]), start=None, priority=job.priority, job_spec=job)
+
+
+def _grown(job: JobSpec, state: StateView, free: dict[int, int]) -> dict[str, dict[int, int]]:
+    """Add to ``free`` the GPUs elastic gangs of no higher priority than ``job`` hold beyond what they
+    asked for (per rack, from the gang's last racks: growth stays in a gang's racks); what was added, per
+    gang and rack."""
+    out: dict[str, dict[int, int]] = {}
+    nodes = state.cluster.nodes
+    for name in state.elastic:
+        rj = state.running[name]
+        spec = rj.spec
+        extra = (rj.placement.units - spec.units) * spec.unit.gpus
+        if extra <= 0 or spec.priority > job.priority:
+            continue
+        added: dict[int, int] = {}
+        for a in reversed(rj.placement.allocs):
+            r = nodes[a.node].rack
+            if r not in free or extra <= 0:
+                continue
+            k = min(extra, a.whole_gpus)
+            free[r] += k
+            added[r] = added.get(r, 0) + k
+            extra -= k
+        if added:
+            out[name] = added
+    return out

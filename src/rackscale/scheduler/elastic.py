@@ -12,9 +12,10 @@ enables it (``Profile.elastic``), three things use that freedom, least disruptiv
   from any such job, GPUs down to its minimum only for a job of strictly higher priority, which would
   otherwise preempt it whole. The rack the waiting job needs least shrinking for is chosen first;
 - :func:`grow` (after every pending job was tried): a gang below its maximum takes the free GPUs in the
-  racks it already runs in (never another rack: a ring that leaves its rack runs at the NIC's speed), only
-  where no reservation holds them, after at least ``MIN_RESIZE_INTERVAL_S`` at its current size, and only
-  when the time it saves exceeds what the restart costs.
+  racks it already runs in (never another rack: a ring that leaves its rack runs at the NIC's speed), a
+  reservation's racks only on loan (beyond its request, which the reservation counts as free, while the
+  holder's start is ``loans.MIN_LOAN_S`` away), after at least ``MIN_RESIZE_INTERVAL_S`` at its current
+  size, and only when the time it saves exceeds what the restart costs.
 
 A size change is a restart from a checkpoint taken on the signal (TorchElastic's rendezvous): the host
 charges ``RESIZE_COST_S`` of the job's time at its new size (``host.progress.Progress.charge_restart``).
@@ -32,6 +33,7 @@ from rackscale.scheduler.decisions import Placed, Resized, ResizeKind, merge_all
 from rackscale.scheduler.filters import allowed_models
 from rackscale.scheduler.framework import Placer
 from rackscale.scheduler.gang import GangPlacement
+from rackscale.scheduler.loans import MIN_LOAN_S
 from rackscale.scheduler.placement.request import GroupRequest
 from rackscale.scheduler.status import Code
 
@@ -155,7 +157,9 @@ def grow(cycle: Cycle, placer: Placer) -> None:
     if not state.elastic:
         return  # (every cycle asks: most clusters run no elastic gang)
     now = ctx.now
-    held = cycle.reservation.racks if cycle.reservation is not None else frozenset()
+    r = cycle.reservation
+    held = r.racks if r is not None else frozenset()
+    far = r is not None and (r.start is None or r.start - now >= MIN_LOAN_S)
     placed = {p.spec.name for p in cycle.placed}
     tx = cycle.tx
     for rj in sorted(_elastic_running(state), key=lambda rj: (-rj.spec.priority, rj.spec.name)):
@@ -167,8 +171,12 @@ def grow(cycle: Cycle, placer: Placer) -> None:
             continue
         if now - max(rj.started_at, rj.checkpointed_at or 0.0) < MIN_RESIZE_INTERVAL_S:
             continue
-        racks = frozenset(rj.racks) - held
-        room = sum(state.rack_whole[r] for r in racks) // g
+        # A reservation's racks only on loan, as ``loans.Lend`` lends: beyond what the gang asked for (the
+        # reservation counts that as free: ``backfill._grown``), for a holder of no lower priority whose
+        # start is far enough off; the shrink action gives it back when the holder can start.
+        lend = far and r is not None and spec.priority <= r.priority and have >= spec.units
+        racks = frozenset(rj.racks) if lend else frozenset(rj.racks) - held
+        room = sum(state.rack_whole[k] for k in racks) // g
         k = min(top - have, room)
         if k <= 0 or not _grow_pays(rj, have, have + k, now):
             continue
