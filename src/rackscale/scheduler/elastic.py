@@ -18,7 +18,7 @@ enables it (``Profile.elastic``), three things use that freedom, least disruptiv
   size, and only when the time it saves exceeds what the restart costs.
 
 A size change is a restart from a checkpoint taken on the signal (TorchElastic's rendezvous): the host
-charges ``RESIZE_COST_S`` of the job's time at its new size (``host.progress.Progress.charge_restart``).
+charges ``RESIZE_COST_S`` of the job's time at its new size (``host.progress.Progress.resize``).
 """
 
 from __future__ import annotations
