@@ -94,7 +94,8 @@ def test_bench_ablations_switch_one_mechanism_off_by_name() -> None:
     from rackscale.bench.simulate import ABLATIONS, SCENARIOS, profile_of, run_one
 
     off = profile_of("rackscale-no-elastic")
-    assert not isinstance(off, str) and not off.elastic and off.consolidate and off.name == "rackscale-no-elastic"
+    assert not isinstance(off, str) and not off.elastic and off.name == "rackscale-no-elastic"
+    assert off.queue_sort == "priority-las" and off.opportunistic_backfill  # the rest is the default's
     assert profile_of("first-fit") == "first-fit"
     assert set(SCENARIOS["elastic-ab"]["policies"]) <= {"rackscale", *ABLATIONS}
     cfg = {"racks": 1, "jobs": 40, "elastic_share": 1.0, "seed": 3}

@@ -84,7 +84,6 @@ KEEP = (
 # as profiles: they are measurements, not choices).
 ABLATIONS: dict[str, dict[str, bool]] = {
     "rackscale-no-elastic": {"elastic": False},
-    "rackscale-no-consolidate": {"consolidate": False},
 }
 
 
