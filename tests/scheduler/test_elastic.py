@@ -15,6 +15,7 @@ import pytest
 from tests.scheduler.builders import ClusterBuilder, gpus_by_rack, placed, render, run_cycle
 
 from rackscale.model import training
+from rackscale.model.state import ClusterState
 from rackscale.model.workload import JobSpec
 from rackscale.scheduler import PROFILES, Profile
 from rackscale.scheduler.backfill import plan_reservation
@@ -171,18 +172,25 @@ def test_profiles_list_the_elastic_switch() -> None:
     assert isinstance(FIXED, Profile)
 
 
-def test_a_gang_grows_on_loan_into_its_reserved_rack_while_the_holder_is_far_off() -> None:
-    """r000: e (asked 4, max 8) on n00, ending in 50 min; r001: x (8 GPUs, non-preemptible) for 10 h.
-    h (8 GPUs) waits for r000 (e's end: 3,000 s away, more than loans.MIN_LOAN_S): e may grow into the
-    rest of r000 on loan, beyond what it asked for, and the reservation counts that growth as free."""
-    e = elastic("e", 4, 2, 8)
-    state = (
+def one_gang_and_a_full_rack(e: JobSpec, *, e_ends: float) -> ClusterState:
+    """r000: the elastic gang ``e`` on n00 (4 GPUs), ending at ``e_ends``; r001: x, 8 GPUs for 10 h::
+
+    r000: n00 [eeee] n01 [....]
+    r001: n00 [xxxx] n01 [xxxx]
+    """
+    return (
         ClusterBuilder()
         .racks(2)
-        .with_running("e", on={(0, 0): 4}, spec=e, expected_end=LATER + 3_000)
+        .with_running("e", on={(0, 0): 4}, spec=e, expected_end=e_ends)
         .with_running("x", gpus=8, rack=1, preemptible=False, expected_end=LATER + 36_000)
         .build()
     )
+
+
+def test_a_gang_grows_on_loan_into_its_reserved_rack_while_the_holder_is_far_off() -> None:
+    """h (8 GPUs) waits for r000 (e's end: 3,000 s away, more than loans.MIN_LOAN_S): e (asked 4, max 8) may
+    grow into the rest of r000 on loan, beyond what it asked for; the reservation counts that as free."""
+    state = one_gang_and_a_full_rack(elastic("e", 4, 2, 8), e_ends=LATER + 3_000)
     d = run_cycle(state, [training("h", 8, submit_time=0.0)], now=LATER)
     assert d.reservation is not None and d.reservation.racks == frozenset({0})
     assert d.reservation.start == LATER + 3_000  # not pushed back by the loan
@@ -194,16 +202,16 @@ def test_a_gang_grows_on_loan_into_its_reserved_rack_while_the_holder_is_far_off
     assert again is not None and again.racks == frozenset({0}) and again.start == LATER + 3_000
 
 
-def test_no_loan_growth_for_a_holder_about_to_start_or_of_lower_priority() -> None:
-    e = elastic("e", 4, 2, 8, priority=10)
-    for e_spec, end in ((e, LATER + 3_000), (elastic("e", 4, 2, 8), LATER + 500)):
-        state = (
-            ClusterBuilder()
-            .racks(2)
-            .with_running("e", on={(0, 0): 4}, spec=e_spec, expected_end=end)
-            .with_running("x", gpus=8, rack=1, preemptible=False, expected_end=LATER + 36_000)
-            .build()
-        )
-        d = run_cycle(state, [training("h", 8, submit_time=0.0)], now=LATER)
-        assert d.reservation is not None and d.reservation.racks == frozenset({0})
-        assert not d.resized, "growth into the holder's rack: higher than the holder, or its start too near"
+@pytest.mark.parametrize(
+    ("e", "e_ends"),
+    [
+        (elastic("e", 4, 2, 8, priority=10), LATER + 3_000),  # of higher priority than the holder
+        (elastic("e", 4, 2, 8), LATER + 500),  # the holder starts in 500 s, less than loans.MIN_LOAN_S
+    ],
+    ids=["gang-above-the-holder", "holder-about-to-start"],
+)
+def test_no_loan_growth_into_a_holders_rack(e: JobSpec, e_ends: float) -> None:
+    state = one_gang_and_a_full_rack(e, e_ends=e_ends)
+    d = run_cycle(state, [training("h", 8, submit_time=0.0)], now=LATER)
+    assert d.reservation is not None and d.reservation.racks == frozenset({0})
+    assert not d.resized
