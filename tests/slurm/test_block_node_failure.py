@@ -62,7 +62,12 @@ def test_a_killed_slurmd_moves_the_gang_to_the_other_block_and_the_node_comes_ba
     assert f"SlurmdTimeout={SLURMD_TIMEOUT_S}" in emu.conf.read_text()
     rack_of = {n.name: SPEC.racks[n.rack].name for n in SPEC.nodes}
     data = Path(tempfile.mkdtemp(prefix="rs-data-", dir=emu.chroot / "tmp"))  # inside the root: sbatch reads it
-    opts: dict[str, object] = {"slurm_conf": emu.seen_conf, "slurm_root": str(emu.chroot), "poll_interval_s": 0.2}
+    opts: dict[str, object] = {
+        "slurm_conf": emu.seen_conf,
+        "slurm_root": str(emu.chroot),
+        "poll_interval_s": 0.2,
+        "health_interval_s": 0.2,
+    }
     cfg = ServiceConfig(data_dir=data, backend="slurm", backend_options=opts, interval_s=0.05)
     try:
         run_the_failure(cfg, emu, rack_of)

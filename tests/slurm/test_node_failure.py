@@ -70,7 +70,7 @@ def node_failed(c: Any, node: str) -> int:
 def test_a_killed_slurmd_requeues_the_gang_elsewhere_and_the_node_comes_back(
     emu: emulated.EmulatedSlurm, tmp_path: Path
 ) -> None:
-    opts: dict[str, object] = {"slurm_conf": str(emu.conf), "poll_interval_s": 0.2}
+    opts: dict[str, object] = {"slurm_conf": str(emu.conf), "poll_interval_s": 0.2, "health_interval_s": 0.2}
     cfg = ServiceConfig(data_dir=tmp_path / "data", backend="slurm", backend_options=opts, interval_s=0.05)
     with serve_in_thread(cfg) as live, live.client() as c:
         body = {"name": "g", "kind": "training", "gpus": 8, "gpusPerWorker": 4, "command": ["sleep", "600"]}

@@ -1,5 +1,5 @@
 """``sinfo -N -h -o '%N|%T|%E'`` lines -> NodeHealth (slurm/commands.py), and the Slurm backend's health
-read: throttled to ``poll_interval_s``, at once after a poll saw a job end NODE_FAIL. No Slurm needed."""
+read: throttled to ``health_interval_s``, at once after a poll saw a job end NODE_FAIL. No Slurm needed."""
 
 from __future__ import annotations
 
@@ -67,10 +67,10 @@ def job(state: str) -> SlurmJob:
     return SlurmJob("7", "rs-g", state, "None", 0, 0, ("r000-n00",), "", "", "", "")
 
 
-def test_health_is_read_at_the_poll_interval_and_at_once_after_a_node_fail(tmp_path: Path) -> None:
+def test_health_is_read_at_its_interval_and_at_once_after_a_node_fail(tmp_path: Path) -> None:
     cluster = GPUCluster.uniform(name="t", racks_per_region=1, nodes_per_rack=2, gpus_per_node=4)
     slurm = FakeSlurm()
-    b = SlurmBackend(slurm, cluster, tmp_path, poll_interval_s=5.0)
+    b = SlurmBackend(slurm, cluster, tmp_path, poll_interval_s=0.5, health_interval_s=5.0)
     assert [h.state for h in b.health(0.0)] == [NodeState.DOWN] and slurm.reads == 1
     b.health(1.0)
     assert slurm.reads == 1  # cached within the interval
