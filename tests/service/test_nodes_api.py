@@ -117,6 +117,11 @@ def test_cordon_keeps_the_job_and_a_new_one_goes_elsewhere(live: LiveService) ->
         ("/v1/nodes/r000-n00/cordon", {"reason": 5, "extra": 1}, 422),
         ("/v1/nodes/r000-n00/cordon", [1, 2], 422),
         ("/v1/nodes/" + "n" * 5000 + "/cordon", None, 404),
+        ("/v1/nodes/r000-n00/cordon", {"reason": "a\u0000b"}, 422),
+        ("/v1/nodes/r000-n00/cordon", {"reason": "a\u202eb"}, 422),
+        ("/v1/nodes/r000-n00/cordon", {"reason": "a\x1b[31mb"}, 422),
+        ("/v1/nodes/r000-n00/drain", {"grace": "1\u0000m"}, 422),
+        ("/v1/nodes/r000-n00/cordon", {"reason": {"a": [[[[[[[[1]]]]]]]]}}, 422),
     ],
     ids=[
         "node",
@@ -130,6 +135,11 @@ def test_cordon_keeps_the_job_and_a_new_one_goes_elsewhere(live: LiveService) ->
         "extra-field",
         "not-an-object",
         "long-name",
+        "nul-reason",
+        "bidi-reason",
+        "control-reason",
+        "nul-grace",
+        "deep-reason",
     ],
 )
 def test_bad_requests_are_clear_4xx(live: LiveService, path: str, body: Any, status: int) -> None:

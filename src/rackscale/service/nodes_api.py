@@ -18,10 +18,11 @@ import threading
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy import select
 
 from rackscale.host.drains import DrainError, HoldOrder, HoldVerb, NodeHold, grace_seconds, merged
+from rackscale.model.text import char_name, first_bad_char
 from rackscale.service.auth import Principal
 from rackscale.service.context import HttpProblem, ServiceContext, authenticate
 from rackscale.service.store import Store, StoreUnavailable, meta
@@ -37,6 +38,14 @@ class HoldIn(BaseModel):
     grace: str | float | None = Field(
         None, description="drain only: how long the jobs may run on after the stop signal (default 0)"
     )
+
+    @field_validator("reason", "grace")
+    @classmethod
+    def _plain_text(cls, v: object) -> object:
+        # Shown in `get nodes`, on the page and in jobs' events: no control, bidi or surrogate character.
+        if isinstance(v, str) and (bad := first_bad_char(v)) is not None:
+            raise ValueError(f"holds {char_name(bad)}: write plain text")
+        return v
 
 
 class HoldOut(BaseModel):
