@@ -33,7 +33,7 @@ SPEC = GPUCluster.uniform(name="slurm-block-test", racks_per_region=2, nodes_per
 TIMEOUT = 30.0
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # not the session's: its daemons would keep busy the host of every later test
 def block_cluster(block_root: Path) -> Iterator[BlockSlurm]:
     emu = block.start(SPEC, block_root)
     try:

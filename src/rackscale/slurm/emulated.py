@@ -197,21 +197,36 @@ def _start_munge() -> int | None:
     """Start munged if none serves this host's socket; its pid (None: one was running already). A munged
     process alone is not enough: one in a chroot (the Slurm 24.11 root of ``slurm.block``) serves its own
     /run, and 22.05's daemons would then fail to authenticate ("Zero Bytes were transmitted")."""
-    serving = Path("/run/munge/munge.socket.2").is_socket()
-    if serving and subprocess.run(["pgrep", "-x", "munged"], capture_output=True, check=False).returncode == 0:
+    sock = Path("/run/munge/munge.socket.2")
+    if _answers(sock):
         return None
-    run_dir = Path("/run/munge")
+    run_dir = sock.parent
     run_dir.mkdir(parents=True, exist_ok=True)
     run_dir.chmod(0o755)  # munged wants its socket's folder searchable by all; a umask of 077 would deny it
     shutil.chown(run_dir, "munge", "munge")
-    _daemon(["runuser", "-u", "munge", "--", _which("munged")], dict(os.environ))
+    # --force: a socket left by a munged that died (a crashed run) would otherwise make the new one refuse to start
+    _daemon(["runuser", "-u", "munge", "--", _which("munged"), "--force"], dict(os.environ))
     for pidfile in (Path("/run/munge/munged.pid"), Path("/var/run/munge/munged.pid")):
         with contextlib.suppress(OSError, ValueError):
             return int(pidfile.read_text().strip())
     return None
 
 
-def start(cluster: GPUCluster, root: Path | None = None, *, ready_timeout_s: float = 30.0) -> EmulatedSlurm:
+def _answers(sock: Path) -> bool:
+    """Whether a munged listens on ``sock``: a socket file alone may be stale, and a munged process alone may
+    be a chroot's (serving its own /run)."""
+    if not sock.is_socket():
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(2.0)
+        try:
+            s.connect(str(sock))
+        except OSError:
+            return False
+    return True
+
+
+def start(cluster: GPUCluster, root: Path | None = None, *, ready_timeout_s: float = 60.0) -> EmulatedSlurm:
     """Start the cluster and wait (bounded) until every node is idle. Raises SlurmError with the log's tail."""
     missing = missing_binaries()
     if missing:
@@ -243,12 +258,15 @@ def wait_idle(emu: EmulatedSlurm, timeout_s: float) -> None:
         _, ctld = emu.pids()
         if ctld is not None and not _alive(ctld):
             raise SlurmError("slurmctld died: " + _tail(emu.root / "log" / "slurmctld.log"))
-        proc = emu.slurm.run(["sinfo", "-h", "-t", "idle", "-o", "%D"], check=False)
-        if proc.stdout.strip() == want:
+        try:
+            seen = emu.slurm.run(["sinfo", "-h", "-t", "idle", "-o", "%D"], check=False).stdout.strip()
+        except SlurmError as e:  # a controller still starting on a busy host can hold sinfo past its timeout
+            seen = f"({e})"
+        if seen == want:
             return
         if time.monotonic() > deadline:
             raise SlurmError(
-                f"not all {want} nodes idle after {timeout_s:g}s (sinfo: {proc.stdout.strip()!r}): "
+                f"not all {want} nodes idle after {timeout_s:g}s (sinfo: {seen!r}): "
                 + _tail(emu.root / "log" / "slurmctld.log")
             )
         time.sleep(0.2)
