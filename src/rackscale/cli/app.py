@@ -20,6 +20,7 @@ from rackscale.cli.get import get
 from rackscale.cli.kube import kube_scheduler  # light: imports the kubernetes client when it runs
 from rackscale.cli.pack import pack
 from rackscale.cli.perf import app as perf_app  # light: rackscale.llm is imported when a command runs
+from rackscale.cli.preflight import preflight  # light: the checks are imported when it runs
 from rackscale.cli.schedule import schedule
 from rackscale.cli.serve import serve
 from rackscale.cli.simulate import simulate
@@ -152,6 +153,7 @@ app.command()(uncordon)
 app.command()(top)
 app.command(name="kube-scheduler")(kube_scheduler)
 app.command()(token)
+app.command()(preflight)
 
 
 def _mount_bench() -> None:
