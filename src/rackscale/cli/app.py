@@ -18,6 +18,7 @@ from rackscale.cli.describe import describe
 from rackscale.cli.drain import drain
 from rackscale.cli.get import get
 from rackscale.cli.kube import kube_scheduler  # light: imports the kubernetes client when it runs
+from rackscale.cli.loadgen import loadgen  # light: imports mlperf_loadgen and httpx when it runs
 from rackscale.cli.pack import pack
 from rackscale.cli.perf import app as perf_app  # light: rackscale.llm is imported when a command runs
 from rackscale.cli.preflight import preflight  # light: the checks are imported when it runs
@@ -154,6 +155,7 @@ app.command()(top)
 app.command(name="kube-scheduler")(kube_scheduler)
 app.command()(token)
 app.command()(preflight)
+app.command()(loadgen)
 
 
 def _mount_bench() -> None:

@@ -1,0 +1,39 @@
+"""Fixtures of the LoadGen tests: the real library (skipped where the ``loadgen`` extra is missing), the
+small real model server, and short run settings (about a second a run: CI stays fast).
+
+Durations are short and bounds generous on purpose: the machine that runs the tests is shared, and a
+VALID run must not turn INVALID because another process took the CPU for 100 ms."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from tests.loadgen.model_server import Served, serving
+
+mlperf_loadgen = pytest.importorskip("mlperf_loadgen", reason="the loadgen extra: pip install 'rackscale[loadgen]'")
+
+# Server, low rate, generous bound; the 90th percentile lets LoadGen's early stopping pass on ~50 queries
+# (at the 99th it needs about 460 under the bound: results.cc EarlyStopping / MinPassingQueriesFinder).
+SERVER_OK = ["--scenario", "Server", "--target-qps", "60", "--latency-bound-ms", "2000",
+             "--latency-percentile", "90", "--duration-s", "1", "--min-queries", "20"]  # fmt: skip
+OFFLINE = ["--scenario", "Offline", "--target-qps", "100", "--duration-s", "0.5", "--min-queries", "1"]
+SINGLE = ["--scenario", "SingleStream", "--latency-bound-ms", "5", "--duration-s", "0.5", "--min-queries", "20"]
+
+
+@pytest.fixture(scope="module")
+def lg() -> Any:
+    return mlperf_loadgen
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Served]:
+    with serving() as s:
+        yield s
+
+
+@pytest.fixture
+def failing_server() -> Iterator[Served]:
+    with serving(fail_every=4) as s:  # every 4th request: HTTP 500
+        yield s
