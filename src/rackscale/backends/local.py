@@ -44,6 +44,8 @@ from rackscale.backends.local_health import (
 from rackscale.backends.local_procs import WRAPPER_ENV, WRAPPER_MODULE, WRAPPER_SCRIPT
 from rackscale.backends.local_procs import is_our_wrapper as _is_our_wrapper
 from rackscale.backends.local_setup import (
+    CHECKPOINT_ENV,
+    CHECKPOINTS_FOLDER,
     DEFAULT_GRACE_S,
     DEFAULT_JOB_USERS,
     DEFAULT_MAX_LOG_BYTES,
@@ -52,7 +54,9 @@ from rackscale.backends.local_setup import (
     ROOT_REFUSED,
     JobUser,
     LocalBackendError,
+    check_checkpoint_root,
     check_log_cap,
+    checkpoint_dir,
     discover_gpus,
     gpu_model,
     local_cluster,
@@ -62,6 +66,8 @@ from rackscale.backends.local_setup import (
 from rackscale.model.topology import GPUCluster
 
 __all__ = [
+    "CHECKPOINTS_FOLDER",
+    "CHECKPOINT_ENV",
     "DEFAULT_GRACE_S",
     "DEFAULT_HEALTH_INTERVAL_S",
     "DEFAULT_HEALTH_TIMEOUT_S",
@@ -84,6 +90,7 @@ __all__ = [
     "LocalFiles",
     "NvmlHealth",
     "_is_our_wrapper",  # the tests' name for it, from before the split
+    "checkpoint_dir",
     "discover_gpus",
     "gpu_model",
     "last_log_line",
@@ -100,7 +107,8 @@ def make_local_backend(
     """The service's factory. Options: ``gpus`` (GPU indexes), ``stop_grace_s`` (SIGTERM to SIGKILL, s),
     ``run_as`` (user name), ``allow_root_jobs`` (bool), ``max_log_bytes`` (int); the node's health:
     ``health_command`` (a command line or argv), ``health_interval_s``, ``health_timeout_s``, ``nvml_health``
-    (bool, default true: read NVML where it is installed)."""
+    (bool, default true: read NVML where it is installed); ``checkpoint_root`` (the hot tier's folder, an
+    absolute path: each job gets RACKSCALE_CHECKPOINT_DIR=<it>/checkpoints/<job>)."""
     grace = options.get("stop_grace_s", DEFAULT_GRACE_S)
     if not isinstance(grace, int | float) or isinstance(grace, bool) or grace < 0:
         raise LocalBackendError(f"--stop-grace must be a number of seconds >= 0 (got {grace!r}); e.g. --stop-grace 10")
@@ -111,6 +119,7 @@ def make_local_backend(
     if not isinstance(allow_root, bool):
         raise LocalBackendError(f"--allow-root-jobs is a flag, true or false (got {allow_root!r}); leave it off")
     cap = check_log_cap(options.get("max_log_bytes", DEFAULT_MAX_LOG_BYTES))
+    checkpoint_root = check_checkpoint_root(options.get("checkpoint_root"))
     gpus, model = discover_gpus(options, cluster)
     local = local_cluster(len(gpus), model)
     backend = LocalBackend(
@@ -121,6 +130,7 @@ def make_local_backend(
         allow_root_jobs=allow_root,
         max_log_bytes=cap,
         health=health_sources(options, node=local.nodes[0].name, gpus=gpus),
+        checkpoint_root=checkpoint_root,
     )
     return backend, local
 

@@ -38,8 +38,10 @@ from rackscale.backends.local_setup import (
     DEFAULT_GRACE_S,
     DEFAULT_MAX_LOG_BYTES,
     check_log_cap,
+    checkpoint_dir,
     job_environment,
     job_home,
+    prepare_checkpoints,
     resolve_run_as,
 )
 from rackscale.host.parts import NodeHealth
@@ -58,8 +60,9 @@ class LocalBackend(LocalFiles):
     """Runs each job's ``command`` on this machine's GPUs ``gpus`` (physical indexes, by node slot), as the
     user :func:`resolve_run_as` picks from ``run_as`` and ``allow_root_jobs``, each log within
     ``max_log_bytes``; ``health``: where :meth:`health` reads the node's health (NVML, the operator's
-    command: :mod:`~rackscale.backends.local_health`; none: always healthy). Raises :class:`LocalBackendError`
-    if that user cannot be used or the data directory cannot be set up."""
+    command: :mod:`~rackscale.backends.local_health`; none: always healthy); ``checkpoint_root``: the hot
+    tier's folder, where each job gets ``checkpoints/<job>/`` and RACKSCALE_CHECKPOINT_DIR naming it (none:
+    neither). Raises :class:`LocalBackendError` if that user cannot be used or a folder cannot be set up."""
 
     name = "local"
 
@@ -74,6 +77,7 @@ class LocalBackend(LocalFiles):
         allow_root_jobs: bool = False,
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
         health: Sequence[HealthCommand | NvmlHealth] = (),
+        checkpoint_root: Path | None = None,
     ) -> None:
         self.gpus = tuple(gpus)
         self.grace_s = grace_s
@@ -81,6 +85,9 @@ class LocalBackend(LocalFiles):
         self.max_log_bytes = check_log_cap(max_log_bytes)
         self.user = resolve_run_as(run_as, allow_root_jobs=allow_root_jobs)
         super().__init__(data_dir)  # the directories, after the checks: a refused user creates none
+        self.checkpoint_root = checkpoint_root
+        if checkpoint_root is not None:
+            prepare_checkpoints(checkpoint_root)
         self._home = job_home(self.user, self.work_dir)  # None: HOME is the job's work directory
         self._runs: dict[str, Run] = {}
         self._stopping: list[Stopping] = []
@@ -92,8 +99,10 @@ class LocalBackend(LocalFiles):
     # ------------------------------------------------------------------ the job
     def job_env(self, job: str, devices: Sequence[int], spec_env: Mapping[str, str]) -> dict[str, str]:
         """The job's environment: a base (PATH, LANG, LC_ALL and TZ from the service when set; HOME, USER and
-        LOGNAME of the run-as user), then the job's ``env``, then the GPU variables and RACKSCALE_JOB."""
-        return job_environment(job, devices, spec_env, self.user, self._home or str(self.work_dir / job))
+        LOGNAME of the run-as user), then the job's ``env``, then the GPU variables, RACKSCALE_JOB and (with
+        a hot tier) RACKSCALE_CHECKPOINT_DIR."""
+        home = self._home or str(self.work_dir / job)
+        return job_environment(job, devices, spec_env, self.user, home, checkpoint_root=self.checkpoint_root)
 
     def running(self) -> frozenset[str]:
         return frozenset(self._runs)
@@ -190,6 +199,8 @@ class LocalBackend(LocalFiles):
             argv += ["--user", str(self.user.uid), "--group", str(self.user.gid)]
         argv += ["--", *command]
         self.prepare_work_dir(work, self.user)
+        if self.checkpoint_root is not None:  # the same checks and owner as the work dir: 0700, the run-as user
+            self.prepare_work_dir(checkpoint_dir(self.checkpoint_root, job), self.user)
         exit_file.unlink(missing_ok=True)
         write_atomic(pid_file, "")  # "starting": an empty pid file tells a restart the start was cut short
         write_atomic(env_file, json.dumps(env))

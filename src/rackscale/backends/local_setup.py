@@ -25,6 +25,10 @@ MIN_LOG_BYTES = 4096
 DEFAULT_JOB_USERS = ("rackscale-job", "nobody")  # the first that exists, when --run-as is not given
 GPU_HINT = "pass --gpus 0,1,... (the GPU indexes to use), or install nvidia-ml-py on a GPU machine"
 ROOT_REFUSED = "refusing to run tenant jobs as root: pass --run-as USER (an unprivileged user), or --allow-root-jobs"
+# The folder of a tier the storage lifecycle manages by default (rackscale.storage.lifecycle.DEFAULT_INCLUDE;
+# that package sits above this layer, so the name is repeated here and a test keeps the two equal).
+CHECKPOINTS_FOLDER = "checkpoints"
+CHECKPOINT_ENV = "RACKSCALE_CHECKPOINT_DIR"
 
 
 class LocalBackendError(RackscaleError, ValueError):
@@ -256,11 +260,63 @@ def job_home(user: JobUser, work_dir: Path) -> str | None:
     return user.home if user.home and can_enter(Path(user.home), user.uid, user.gid) else None
 
 
+def check_checkpoint_root(value: object) -> Path | None:
+    """The ``checkpoint_root`` option (the hot tier's folder; ``rackscale serve --tier hot=PATH``): None, or
+    an absolute path to an existing folder, returned resolved. Raises :class:`LocalBackendError` naming it."""
+    if value is None:
+        return None
+    fix = "give the hot tier's folder as an absolute path, e.g. --tier hot=/nvme/hot"
+    if not isinstance(value, str) or not value or "\x00" in value or not Path(value).is_absolute():
+        raise LocalBackendError(f"checkpoint_root must be an absolute path (got {value!r}); {fix}")
+    try:
+        root = Path(value).resolve(strict=True)
+    except (OSError, RuntimeError) as e:  # missing, a symlink loop, unreadable
+        raise LocalBackendError(f"checkpoint_root {value}: {e.__class__.__name__}: {e}; {fix}") from None
+    if not root.is_dir():
+        raise LocalBackendError(f"checkpoint_root {value} is not a folder; {fix}")
+    return root
+
+
+def prepare_checkpoints(checkpoint_root: Path) -> Path:
+    """``<checkpoint_root>/checkpoints/``: created (mode 0711: jobs pass through to their own folder, and do
+    not list the others) unless it exists; a folder, never a symlink (the lifecycle refuses a symlinked
+    folder as a whole, so checkpoints written through one would never move). Raises :class:`LocalBackendError`."""
+    folder = checkpoint_root / CHECKPOINTS_FOLDER
+    try:
+        if not os.path.lexists(folder):
+            folder.mkdir(mode=0o700)
+            os.chmod(folder, 0o711)  # explicit: the service's umask (077) would leave it closed to jobs
+        st = os.lstat(folder)
+    except OSError as e:
+        raise LocalBackendError(
+            f"cannot set up {folder}: {e}; the hot tier must be a folder the service can write"
+        ) from e
+    if not stat.S_ISDIR(st.st_mode):
+        raise LocalBackendError(f"{folder} is not a folder (a symlink or a file): make it a plain folder, or remove it")
+    return folder
+
+
+def checkpoint_dir(checkpoint_root: Path, job: str) -> Path:
+    """``<checkpoint_root>/checkpoints/<job>``: where a job writes its checkpoints on the hot tier
+    (``checkpoint_root``). Raises ValueError for a name that is not one plain path component (``..``, ``/``):
+    the backend refuses such names before this, but a path built from a tenant's string is checked here too."""
+    if not job or job in (".", "..") or "/" in job or "\x00" in job or Path(job).name != job:
+        raise ValueError(f"the job name {job!r} cannot name a checkpoint folder (one path component, not . or ..)")
+    return checkpoint_root / CHECKPOINTS_FOLDER / job
+
+
 def job_environment(
-    job: str, devices: Sequence[int], spec_env: Mapping[str, str], user: JobUser, home: str
+    job: str,
+    devices: Sequence[int],
+    spec_env: Mapping[str, str],
+    user: JobUser,
+    home: str,
+    *,
+    checkpoint_root: Path | None = None,
 ) -> dict[str, str]:
     """A job's environment: a base (PATH, LANG, LC_ALL and TZ from the service when set; HOME, USER and
-    LOGNAME of the run-as user), then the job's ``env``, then the GPU variables and RACKSCALE_JOB."""
+    LOGNAME of the run-as user), then the job's ``env``, then the GPU variables, RACKSCALE_JOB and, with a
+    hot tier (``checkpoint_root``), RACKSCALE_CHECKPOINT_DIR (:func:`checkpoint_dir`)."""
     env = {"PATH": os.environ.get("PATH") or os.defpath}
     for key in ("LANG", "LC_ALL", "TZ"):
         if key in os.environ:
@@ -271,4 +327,6 @@ def job_environment(
     env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's indexes = NVML's = nvidia-smi's
     env["RACKSCALE_JOB"] = job
+    if checkpoint_root is not None:  # after the job's env: the lifecycle manages this folder, not another
+        env[CHECKPOINT_ENV] = str(checkpoint_dir(checkpoint_root, job))
     return env

@@ -26,6 +26,7 @@ from rackscale.cli.schedule import schedule
 from rackscale.cli.serve import serve
 from rackscale.cli.simulate import simulate
 from rackscale.cli.slurm import app as slurm_app  # light: each command imports its parts when it runs
+from rackscale.cli.storage import app as storage_app  # light: rackscale.storage is imported when it runs
 from rackscale.cli.submit import submit
 from rackscale.cli.token import token
 from rackscale.cli.top import top
@@ -196,6 +197,18 @@ app.add_typer(
         "  rackscale perf serve --model deepseek-r1 --gpu gb200 --precision fp4 --mtp --vs b200\n"
         "  rackscale perf train --model llama-3.1-70b --gpu h100 --gpus 512\n\n"
         "docs/cli-perf.md says what each figure means and what it assumes."
+    ),
+)
+
+app.add_typer(
+    storage_app,
+    name="storage",
+    help=(
+        "Storage lifecycle tiers: move checkpoints hot -> warm -> cold by age, delete past the last tier.\n\n"
+        "Examples:\n\n"
+        "  rackscale storage lifecycle -c storage-lifecycle.yaml --tier hot=/nvme/hot --tier warm=/ssd/warm "
+        "--tier cold=/hdd/cold --dry-run\n\n"
+        "docs/storage.md says what each tier means and why a crash loses nothing."
     ),
 )
 

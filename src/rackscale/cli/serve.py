@@ -123,6 +123,31 @@ def serve(
             "http://127.0.0.1:9090; without it a service with a query holds its size.",
         ),
     ] = None,
+    storage_lifecycle: Annotated[
+        Path | None,
+        typer.Option(
+            "--storage-lifecycle",
+            metavar="FILE",
+            help="Run the storage lifecycle (the plan's storage-lifecycle ConfigMap) every --storage-every on the "
+            "--tier folders (docs/storage.md).",
+        ),
+    ] = None,
+    tier: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tier",
+            metavar="TIER=PATH",
+            help="With --storage-lifecycle: hot=PATH, warm=PATH, cold=PATH (--backend local: each job gets "
+            "RACKSCALE_CHECKPOINT_DIR=<hot>/checkpoints/<job>).",
+        ),
+    ] = None,
+    storage_every: Annotated[
+        str, typer.Option("--storage-every", metavar="DURATION", help="Time between lifecycle runs, e.g. 1h, 30m.")
+    ] = "1h",
+    storage_include: Annotated[
+        list[str] | None,
+        typer.Option("--storage-include", metavar="FOLDER", help="Folders managed besides checkpoints/ (repeatable)."),
+    ] = None,
     init: Annotated[
         bool,
         typer.Option(
@@ -143,6 +168,8 @@ def serve(
       rackscale serve --backend local --run-as rackscale-job --max-log-bytes 16777216
       rackscale serve --backend local --health-command '/usr/local/bin/gpu-check --quick'
       rackscale serve --prometheus-url http://127.0.0.1:9090   # services scale on their autoscale.query
+      rackscale serve --storage-lifecycle storage-lifecycle.yaml --tier hot=/nvme/hot --tier warm=/ssd/warm \
+          --tier cold=/hdd/cold --storage-every 1h   # checkpoints move hot -> warm -> cold by age
 
     Profiles (--policy):
 
@@ -187,6 +214,22 @@ def serve(
             "--prometheus-url must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:9090 "
             f"(got {prometheus_url!r})"
         )
+    storage = None
+    if storage_lifecycle is not None:
+        from rackscale.service.storage_task import task_config
+
+        try:
+            storage = task_config(
+                config_file=storage_lifecycle, tiers=tier or (), every=storage_every, include=storage_include or ()
+            )
+        except ValueError as e:
+            fail(str(e))
+        if backend == "local":  # jobs write their checkpoints where the lifecycle looks: <hot>/checkpoints/<job>
+            from rackscale.storage.config import Tier
+
+            options["checkpoint_root"] = str(storage.roots[Tier.HOT])
+    elif tier:
+        fail("--tier is for the storage lifecycle: give --storage-lifecycle FILE too (docs/storage.md)")
     config = ServiceConfig(
         data_dir=data_dir,
         cluster=cl,
@@ -204,6 +247,7 @@ def serve(
         docs=docs,
         init_store=init,
         prometheus_url=prometheus_url,
+        storage=storage,
     )
     umask = os.umask(0o077)  # the store, the generated token and logs: readable by the service user only
     try:

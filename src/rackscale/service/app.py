@@ -20,6 +20,7 @@ from rackscale.service.live import LiveCluster
 from rackscale.service.load_signal import LiveAutoscaler, PrometheusSource
 from rackscale.service.metrics import Metrics
 from rackscale.service.runner import Runner
+from rackscale.service.storage_task import StorageCollector, StorageTask, StorageTaskConfig
 from rackscale.service.store import Store
 
 log = logging.getLogger("rackscale.service")
@@ -54,6 +55,7 @@ class ServiceConfig:
     docs: bool = False  # /docs and /redoc (their scripts come from a CDN)
     init_store: bool = False  # replace an empty or corrupt store instead of refusing to start
     prometheus_url: str | None = None  # where services' autoscale.query is read (None: they hold their size)
+    storage: StorageTaskConfig | None = None  # the periodic storage lifecycle (docs/storage.md)
 
 
 @dataclass(slots=True)
@@ -63,8 +65,11 @@ class Service:
     ctx: ServiceContext
     recovered: dict[str, int]
     admin_token: str | None = None  # the generated one (no token file, auth on); None otherwise
+    storage_task: StorageTask | None = None
 
     def close(self) -> None:
+        if self.storage_task is not None:
+            self.storage_task.stop()
         self.ctx.runner.stop()
         self.ctx.store.close()
 
@@ -201,6 +206,9 @@ def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
     autoscaler = LiveAutoscaler(source=PrometheusSource(config.prometheus_url)) if config.prometheus_url else None
     runner = Runner(live, store, backend, clock, observer=metrics, interval_s=config.interval_s, autoscaler=autoscaler)
     metrics.attach(runner)
+    storage_task = StorageTask(config.storage) if config.storage is not None else None
+    if storage_task is not None:
+        metrics.registry.register(StorageCollector(storage_task))
     recovered = runner.recover()
     admin_token: str | None = None
     if tokens is None and not config.no_auth:
@@ -220,4 +228,6 @@ def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
     app = create_app(ctx)
     if start:
         runner.start()
-    return Service(config, app, ctx, recovered, admin_token)
+        if storage_task is not None:
+            storage_task.start()
+    return Service(config, app, ctx, recovered, admin_token, storage_task)
