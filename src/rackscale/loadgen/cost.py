@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rackscale.model.errors import RackscaleError
 from rackscale.model.topology import GPUCluster
 
 SECONDS_PER_HOUR = 3600.0
 
 
-class CostError(ValueError):
+class CostError(RackscaleError, ValueError):
     """``--gpus`` out of the cluster's range (the message names the option and the range)."""
 
 

@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 import httpx
 
+from rackscale.model.errors import RackscaleError
+
 MAX_SAMPLES_FILE = 64 * 1024 * 1024  # bytes of a --samples file
 MAX_REASONS = 5  # distinct failure reasons kept for the report
 
@@ -32,7 +34,7 @@ class Api(StrEnum):
     PREDICT = "predict"
 
 
-class RequestFailed(Exception):
+class RequestFailed(RackscaleError):
     """One request that did not give a usable answer; ``reason`` is short and has no payload in it."""
 
     def __init__(self, reason: str) -> None:
@@ -40,7 +42,7 @@ class RequestFailed(Exception):
         self.reason = reason
 
 
-class SampleError(ValueError):
+class SampleError(RackscaleError, ValueError):
     """A --samples file that cannot be used (the message names the file and the fix)."""
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from rackscale.model.errors import RackscaleError
+
 LOADGEN_EXTRA = "pip install 'rackscale[loadgen]'"
 MAX_SAMPLES = 1_000_000  # the query sample library's size: LoadGen keeps an index per sample
 MAX_CONCURRENCY = 1024
@@ -34,11 +36,11 @@ class Mode(StrEnum):
     PERFORMANCE_ONLY = "PerformanceOnly"
 
 
-class LoadGenMissing(ImportError):
+class LoadGenMissing(RackscaleError, ImportError):
     """The ``mlperf_loadgen`` module is not installed."""
 
 
-class SettingsError(ValueError):
+class SettingsError(RackscaleError, ValueError):
     """A bad option: ``option`` is its command-line name, the message says what it must be."""
 
     def __init__(self, option: str, message: str) -> None:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rackscale.model.errors import RackscaleError
+
 MAX_LOG_BYTES = 64 * 1024 * 1024  # a detail log of a long run is a few MiB; more is no LoadGen log
 _PERCENTILE = re.compile(r"^(\d+(?:\.\d+)?) percentile latency \(ns\)$")
 _TARGET_PERCENTILE = re.compile(r"^(\d+(?:\.\d+)?)th percentile latency \(ns\)$")
@@ -24,7 +26,7 @@ _CONSTRAINT = re.compile(r"^(.+?) satisfied\s*:\s*(Yes|NO|Skipped)\s*$")
 _MLLOG = ":::MLLOG "
 
 
-class SummaryError(ValueError):
+class SummaryError(RackscaleError, ValueError):
     """A log that is missing or is not LoadGen's (the message names the file)."""
 
 

@@ -15,8 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from rackscale.model.errors import RackscaleError
 
-class TopoError(ValueError):
+
+class TopoError(RackscaleError, ValueError):
     """The text is not a topology matrix; the message names the line and what is wrong."""
 
 

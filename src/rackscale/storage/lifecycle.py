@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rackscale.model.errors import RackscaleError
 from rackscale.storage.config import TIERS, Lifecycle, Tier
 from rackscale.storage.mover import Hook, Outcome, Refused, delete_file, is_part, move_file, remove_part, safe_rel
 
@@ -26,7 +27,7 @@ LOCK_NAME = ".rackscale-lifecycle.lock"
 Progress = Callable[[int, int], None]  # (files done, files to do)
 
 
-class LifecycleError(ValueError):
+class LifecycleError(RackscaleError, ValueError):
     """The run cannot start (bad tier roots, another run holds the lock); one line with the fix."""
 
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 
+from rackscale.model.errors import RackscaleError
+
 PART_SUFFIX = ".rackscale-part"
 CHUNK_BYTES = 1 << 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -59,7 +61,7 @@ class Result:
     reason: str = ""
 
 
-class Refused(Exception):
+class Refused(RackscaleError):
     """This one file is left where it is, for ``reason``."""
 
     def __init__(self, reason: str) -> None:
