@@ -318,9 +318,9 @@ def test_the_alias_bound_line_is_the_document_that_expands() -> None:
 )
 def test_aliases_and_big_documents_within_the_bound_still_load(text: str) -> None:
     """The bound counts values *gained* through aliases: a large document without aliases is fine."""
-    from rackscale.loaders import _documents
+    from rackscale.loaders import documents
 
-    assert _documents(text, "ok.yaml")
+    assert documents(text, "ok.yaml")
 
 
 @pytest.mark.parametrize(
@@ -344,9 +344,9 @@ def test_deep_nesting_is_a_clear_error(text: str, line: int | None) -> None:
 
 
 def test_64_levels_are_still_read() -> None:
-    from rackscale.loaders import _documents
+    from rackscale.loaders import documents
 
-    ((data, _node),) = _documents("[" * 64 + "]" * 64, "ok.yaml")
+    ((data, _node),) = documents("[" * 64 + "]" * 64, "ok.yaml")
     assert isinstance(data, list)
 
 

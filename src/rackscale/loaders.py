@@ -74,7 +74,7 @@ def load_any(
 ) -> GPUCluster | list[JobSpec]:
     """A cluster if the file's one document has a cluster ``kind``, else its jobs (for ``validate``)."""
     source = os.fspath(path)
-    docs = _documents(_read(path), source)
+    docs = documents(_read(path), source)
     if not docs:
         fix = "write a job (name, kind, gpus) or a cluster (kind: Cluster or GpuCluster); see docs/specs.md"
         raise SpecError(
@@ -87,7 +87,7 @@ def load_any(
 
 def parse_cluster_text(text: str, *, source: str = "<string>") -> GPUCluster:
     """Parse and validate one cluster document. Raises :class:`SpecError` naming ``source``."""
-    return _cluster(_documents(text, source), source)
+    return _cluster(documents(text, source), source)
 
 
 def _cluster(docs: list[Document], source: str) -> GPUCluster:
@@ -105,7 +105,7 @@ def _cluster(docs: list[Document], source: str) -> GPUCluster:
     try:
         return cluster_from_dict(data)
     except SpecError as err:
-        raise SpecError([_locate(p, (), node) for p in err.problems], source) from None
+        raise SpecError([locate_problem(p, (), node) for p in err.problems], source) from None
 
 
 def parse_jobs_text(
@@ -117,7 +117,7 @@ def parse_jobs_text(
     Problems of all jobs are gathered into one :class:`SpecError`; their paths start with the job's index
     (``[2].spec.gpus``, or ``items[2].spec.gpus`` in a ``kind: List``). Job names must be unique.
     """
-    return _jobs(_documents(text, source), source, priority_classes)
+    return _jobs(documents(text, source), source, priority_classes)
 
 
 def read_text(path: str | os.PathLike[str]) -> str:
@@ -142,9 +142,9 @@ def safe_load_bounded(text: str, source: str = "<string>") -> Any:
 def parse_job_documents(text: str, *, source: str = "<string>") -> list[tuple[JobSpec, dict[str, Any]]]:
     """Like :func:`parse_jobs_text`, each job with the document it came from (what a client sends to the
     service), in file order."""
-    docs = _documents(text, source)
+    docs = documents(text, source)
     jobs = _jobs(docs, source, None)
-    entries = _entries(docs, [])
+    entries = document_entries(docs, [])
     return [(job, dict(data)) for job, (_prefix, data, _node) in zip(jobs, entries, strict=True)]
 
 
@@ -152,7 +152,7 @@ def _jobs(docs: list[Document], source: str, priority_classes: Mapping[str, int]
     problems: list[SpecProblem] = []
     jobs: list[JobSpec] = []
     first_at: dict[str, Loc] = {}
-    for prefix, data, node in _entries(docs, problems):
+    for prefix, data, node in document_entries(docs, problems):
         if isinstance(data, Mapping) and data.get("kind") in CLUSTER_KINDS:
             # One line, not a dozen about fields a job does not have.
             what = f"this is a {data['kind']} (a cluster spec), not a job"
@@ -162,14 +162,14 @@ def _jobs(docs: list[Document], source: str, priority_classes: Mapping[str, int]
         try:
             job = job_from_dict(data, priority_classes=priority_classes)
         except SpecError as err:
-            problems += [_locate(p, prefix, node) for p in err.problems]
+            problems += [locate_problem(p, prefix, node) for p in err.problems]
             continue
         if job.name in first_at:
             loc: Loc = ("metadata", "name") if "metadata" in data else ("name",)
             where = format_loc(first_at[job.name])
             fix = "give every job its own name"
             problems.append(
-                _locate(
+                locate_problem(
                     SpecProblem(loc, f"job name {job.name!r} is already used by {where or 'an earlier job'}", fix),
                     prefix,
                     node,
@@ -223,7 +223,7 @@ def _read(path: str | os.PathLike[str]) -> str:
     raise SpecError([problem], source)
 
 
-def _documents(text: str, source: str) -> list[Document]:
+def documents(text: str, source: str) -> list[Document]:
     """The non-empty documents of ``text`` with their YAML nodes (for line numbers; None if unknown)."""
     try:
         _check_size(text)
@@ -428,7 +428,7 @@ def _compose(text: str) -> yaml.Node | None:
     return node
 
 
-def _entries(docs: list[Document], problems: list[SpecProblem]) -> list[tuple[Loc, Any, yaml.Node | None]]:
+def document_entries(docs: list[Document], problems: list[SpecProblem]) -> list[tuple[Loc, Any, yaml.Node | None]]:
     """Flatten documents, lists and ``kind: List`` into (path prefix, job document, node) entries."""
     out: list[tuple[Loc, Any, yaml.Node | None]] = []
     for i, (data, node) in enumerate(docs):
@@ -438,11 +438,13 @@ def _entries(docs: list[Document], problems: list[SpecProblem]) -> list[tuple[Lo
         elif isinstance(data, Mapping) and data.get("kind") == "List":
             for key in sorted(set(data) - {"apiVersion", "kind", "metadata", "items"}, key=str):
                 fix = "a List holds apiVersion, kind, metadata and items only"
-                problems.append(_locate(SpecProblem((key,), "unknown field", fix), base, node))
+                problems.append(locate_problem(SpecProblem((key,), "unknown field", fix), base, node))
             items = data.get("items")
             if not isinstance(items, list):
                 problems.append(
-                    _locate(SpecProblem(("items",), "must be a list of jobs", "write items: [ ... ]"), base, node)
+                    locate_problem(
+                        SpecProblem(("items",), "must be a list of jobs", "write items: [ ... ]"), base, node
+                    )
                 )
                 continue
             items_node = _child(node, "items")
@@ -485,6 +487,6 @@ def _line(node: yaml.Node | None, loc: Loc) -> int | None:
     return line
 
 
-def _locate(problem: SpecProblem, prefix: Loc, node: yaml.Node | None) -> SpecProblem:
+def locate_problem(problem: SpecProblem, prefix: Loc, node: yaml.Node | None) -> SpecProblem:
     """Put ``problem`` (found inside the document at ``node``) at its place in the whole file."""
     return replace(problem, loc=prefix + problem.loc, line=problem.line or _line(node, problem.loc))

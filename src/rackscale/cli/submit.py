@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from rackscale.cli.client import EXIT_SERVER, EXIT_USAGE, ApiFailure, ServerOpt, TokenFileOpt, connect, die, warn
 from rackscale.cli.output import OutputFormat, emit, printable
+
+if TYPE_CHECKING:
+    from rackscale.cli.client import Api
 
 
 def submit(
@@ -63,25 +67,8 @@ def submit(
         die("nothing to submit: the files hold no jobs", EXIT_USAGE)
 
     submitted: list[Any] = []
-    failed = 0
     with connect(server, token_file) as api:
-        for doc in docs:
-            label = _name(doc)
-            try:
-                job = api.post("/v1/jobs", dict(doc))
-            except ApiFailure as e:
-                if e.status in (401, 503):  # about every job, not this one: stop here
-                    sent = f" ({len(submitted)} job(s) were submitted before)" if submitted else ""
-                    die(f"{e.message}{sent}", EXIT_SERVER)
-                failed += 1
-                if e.status == 422 and "\n" in e.message:
-                    warn(f"error: job/{label} rejected ({e.status}):\n  " + e.message.replace("\n", "\n  "))
-                else:
-                    warn(f"error: job/{label} rejected ({e.status}): {e.message}")
-                continue
-            submitted.append(job)
-            if output is None or output is OutputFormat.table:
-                print(printable(f"job/{job.get('name', label)} submitted (queue {job.get('queue', '?')})"))
+        failed = send_jobs(api, docs, output=output, sent=submitted)
     if output in (OutputFormat.json, OutputFormat.yaml) and submitted:
         assert output is not None
         emit({"items": submitted} if len(docs) > 1 else submitted[0], output)
@@ -89,7 +76,32 @@ def submit(
         die(f"{failed} of {len(docs)} job(s) were not submitted", EXIT_SERVER)
 
 
-def _name(doc: Any) -> str:
+def send_jobs(api: Api, docs: Sequence[Any], *, output: OutputFormat | None, sent: list[Any]) -> int:
+    """POST each job document in order, appending what the server returned to ``sent`` (which may already
+    hold what this command sent before); the number rejected. A 401 or 503 is about every job, not this
+    one: the command ends there, saying how much was sent before."""
+    failed = 0
+    for doc in docs:
+        label = job_label(doc)
+        try:
+            job = api.post("/v1/jobs", dict(doc))
+        except ApiFailure as e:
+            if e.status in (401, 503):
+                before = f" ({len(sent)} document(s) were sent before)" if sent else ""
+                die(f"{e.message}{before}", EXIT_SERVER)
+            failed += 1
+            if e.status == 422 and "\n" in e.message:
+                warn(f"error: job/{label} rejected ({e.status}):\n  " + e.message.replace("\n", "\n  "))
+            else:
+                warn(f"error: job/{label} rejected ({e.status}): {e.message}")
+            continue
+        sent.append(job)
+        if output is None or output is OutputFormat.table:
+            print(printable(f"job/{job.get('name', label)} submitted (queue {job.get('queue', '?')})"))
+    return failed
+
+
+def job_label(doc: Any) -> str:
     if isinstance(doc, dict):
         meta = doc.get("metadata")
         if isinstance(meta, dict) and meta.get("name"):
