@@ -502,6 +502,7 @@ SCHEDULER_CLUSTER_GRANTS = {
     ("", "pods/status"): {"patch"},
     ("", "events"): {"create"},
     ("events.k8s.io", "events"): {"create"},
+    ("apps", "deployments/scale"): {"patch"},  # ScalingSchedule steps on Deployments (kube/schedules.py)
 }
 LEASE_GRANTS = {(None, "create"), ("rackscale", "get"), ("rackscale", "update")}
 

@@ -17,6 +17,8 @@ What it implements (and how far):
   Binding whose ``metadata.uid`` is not the pod's (the real server's UID precondition).
 - ``PATCH .../pods/{name}/status``: strategic merge patch (``status.conditions`` merged by ``type``, other
   fields merged as maps) and JSON merge patch (RFC 7386). JSON Patch is answered 415.
+- ``GET``/``PATCH`` ``apis/apps/v1/.../deployments/{name}/scale`` (JSON merge patch of ``spec.replicas``;
+  another patch type gets 415): the Deployment's replicas, set at once (no controller, no ReplicaSets).
 - ``POST`` nodes, pods, events; ``DELETE`` pods (a ``DeleteOptions`` body's ``preconditions.uid`` that is not
   the pod's gets 409, as on the real server). ``GET``/``POST``/``PUT``/``DELETE`` leases
   (coordination.k8s.io/v1), with optimistic concurrency: a ``PUT`` whose ``metadata.resourceVersion`` is not
@@ -76,6 +78,7 @@ class FakeAPIServer:
         self.binds: list[tuple[str, str]] = []  # (namespace/pod, node) for every accepted bind
         self.bind_conflicts = 0
         self.deletes: list[str] = []  # namespace/pod for every pod deleted through the API (not the back door)
+        self.scales: list[tuple[str, int]] = []  # (namespace/deployment, replicas) for every accepted scale PATCH
         self.requests: list[tuple[str, str]] = []  # (method, path)
         self.faults: list[Fault] = []
         self._expire_watches = 0  # bumped by compact(expire_watches=True): open watches end with a 410
@@ -275,6 +278,32 @@ class FakeAPIServer:
         self.deletes.append(key)
         return out
 
+    def _scale(self, key: str, patch: Obj | None, content_type: str) -> Obj:
+        """GET or PATCH (JSON merge patch only) ``deployments/NAME/scale``: an autoscaling/v1 Scale whose
+        ``spec.replicas`` is the Deployment's (no controller here: ``status.replicas`` follows at once)."""
+        dep = self.store.objects["deployments"].get(key)
+        if dep is None:
+            raise HTTPError(404, "NotFound", f'deployments.apps "{key.split("/")[-1]}" not found')
+        if patch is not None:
+            if "merge-patch" not in content_type or "strategic" in content_type:
+                raise HTTPError(415, "UnsupportedMediaType", f"the fake scales with merge-patch only: {content_type}")
+            replicas = (patch.get("spec") or {}).get("replicas")
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                raise HTTPError(422, "Invalid", f"Scale.spec.replicas: Invalid value: {replicas!r}")
+            dep = copy.deepcopy(dep)
+            dep.setdefault("spec", {})["replicas"] = replicas
+            dep.setdefault("status", {})["replicas"] = replicas
+            dep = self._write("deployments", dep, create_ok=False)
+            self.scales.append((key, replicas))
+        md = dep["metadata"]
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in md},
+            "spec": {"replicas": dep.get("spec", {}).get("replicas", 1)},
+            "status": {"replicas": dep.get("status", {}).get("replicas", 0)},
+        }
+
     def _lease_put(self, ns: str, name: str, body: Obj) -> Obj:
         key = f"{ns}/{name}"
         old = self.store.objects["leases"].get(key)
@@ -343,7 +372,7 @@ class _Handler(WatchStream, BaseHTTPRequestHandler):
         parts = [p for p in u.path.split("/") if p]
         if parts[:2] == ["api", "v1"]:
             rest = parts[2:]
-        elif parts[:3] == ["apis", "coordination.k8s.io", "v1"]:
+        elif parts[:3] in (["apis", "coordination.k8s.io", "v1"], ["apis", "apps", "v1"]):
             rest = parts[3:]
         else:
             raise HTTPError(404, "NotFound", f"the fake serves no {u.path}")
@@ -391,7 +420,10 @@ class _Handler(WatchStream, BaseHTTPRequestHandler):
                 return
             key = f"{ns}/{name}" if NAMESPACED.get(resource) else str(name)
             with fake.cond:
-                if method == "GET":
+                if resource == "deployments" and sub == "scale" and method in ("GET", "PATCH"):
+                    ct = self.headers.get("Content-Type", "")
+                    self._send(200, fake._scale(key, self._body() if method == "PATCH" else None, ct))
+                elif method == "GET":
                     o = fake.store.objects[resource].get(key)
                     if o is None:
                         raise HTTPError(404, "NotFound", f'{resource} "{name}" not found')

@@ -55,6 +55,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "window_days": [28.0, 49.0],
         "policies": "goals",
     },
+    # Scheduled scaling: the default mix with and without a night quota and night replica caps (schedule_ab).
+    "schedule-ab": {
+        "racks": 4,
+        "jobs": 600,
+        "policies": ["rackscale", "rackscale+schedules", "rackscale+service-schedules"],
+    },
     "million": {"racks": 1389, "jobs": 1_000_000, "duration_h": 24.0 * 30, "policies": ["rackscale"]},
 }
 DEFAULT_SCENARIOS = ("philly-speed", "philly-backlog", "synthetic")
@@ -89,6 +95,8 @@ ABLATIONS: dict[str, dict[str, bool]] = {
 
 def profile_of(policy: str) -> Any:
     """A registered profile's name, or an ablation's ``Profile``."""
+    if policy in ("rackscale+schedules", "rackscale+service-schedules"):  # the schedules are the difference
+        return "rackscale"
     if policy not in ABLATIONS:
         return policy
     from dataclasses import replace
@@ -150,7 +158,12 @@ def run_one(config: Result, progress: ChildProgress) -> Result:
         )
     load_s = time.perf_counter() - t0
     seed = int(config.get("seed", 0))
-    sim = Simulator(cluster, jobs, SimConfig(policy=profile_of(str(config["policy"])), seed=seed, record_series=False))
+    from rackscale.bench.schedule_ab import schedules_of
+
+    schedules = schedules_of(str(config["policy"]), jobs)
+    policy = profile_of(str(config["policy"]))
+    sim_config = SimConfig(policy=policy, seed=seed, record_series=False, schedules=schedules)
+    sim = Simulator(cluster, jobs, sim_config)
     last = [0.0]
 
     def tick(done: int, total: int, _now: float) -> None:
@@ -171,6 +184,9 @@ def run_one(config: Result, progress: ChildProgress) -> Result:
         events_per_s=(result.kpis["events"] or 0) / sim_s if sim_s > 0 else None,
         peak_rss_mb=peak_rss_mb(),
     )
+    if schedules or config.get("scenario") == "schedule-ab":
+        hours = result.allocated_gpu_s / 3600.0
+        out.update(allocated_gpu_hours=hours, cost=hours * cluster.pricing.per_gpu_hour, fired=len(result.fired))
     return out
 
 
@@ -196,7 +212,7 @@ def run_simulation_benchmark(
             for seed in seeds if seeds is not None else [None]:
                 label = f"{name} / {policy}" + (f" / seed {seed}" if seed is not None else "")
                 config = {k: v for k, v in scenario.items() if k not in ("policies", "seeds")}
-                config.update(policy=policy, philly=str(trace))
+                config.update(policy=policy, philly=str(trace), scenario=name)
                 if seed is not None:
                     config["seed"] = seed
                 show = (lambda values, label=label: progress(label, *values)) if progress is not None else None
@@ -208,6 +224,10 @@ def run_simulation_benchmark(
                     runs = results.setdefault(name, {}).setdefault(policy, {"runs": []})
                     runs["runs"].append(got)
     out: Result = {"machine": machine_info(), "scenarios": {n: SCENARIOS[n] for n in names}, "results": results}
+    if "schedule-ab" in results:
+        from rackscale.bench.schedule_ab import ARMS, ratios
+
+        out["schedule_ab_ratios"] = {arm: ratios(results["schedule-ab"], arm) for arm in ARMS}
     if any(n.startswith("goals-") for n in names):
         from rackscale.bench.goals import judge
 

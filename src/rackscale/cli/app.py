@@ -11,9 +11,11 @@ import typer
 from rich.text import Text
 from typer.core import TyperGroup
 
+from rackscale.cli.apply import apply
 from rackscale.cli.cancel import cancel
 from rackscale.cli.compare_arch import compare_arch
 from rackscale.cli.cordon import cordon
+from rackscale.cli.delete import delete
 from rackscale.cli.describe import describe
 from rackscale.cli.drain import drain
 from rackscale.cli.get import get
@@ -146,6 +148,8 @@ app.command()(pack)
 app.command(name="compare-arch")(compare_arch)
 app.command()(serve)
 app.command()(submit)
+app.command()(apply)
+app.command()(delete)
 app.command()(get)
 app.command()(describe)
 app.command()(cancel)

@@ -179,7 +179,8 @@ def simulate(
             "--scenario",
             help="philly-speed, philly-backlog, synthetic, million, goals-synthetic (10 seeds), goals-elastic "
             "(the same, half the gangs elastic), elastic-ab (rackscale with and without elastic on those), "
-            "goals-philly-x4, goals-philly-x8 (repeatable).",
+            "goals-philly-x4, goals-philly-x8, schedule-ab (the default with and without night schedules: "
+            "docs/scheduled-scaling.md) (repeatable).",
         ),
     ] = None,
     philly: Annotated[

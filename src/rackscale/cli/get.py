@@ -1,4 +1,4 @@
-"""``rackscale get jobs|nodes|racks|queues [NAME]``: list what the server knows, kubectl style."""
+"""``rackscale get jobs|nodes|racks|queues|schedules [NAME]``: list what the server knows, kubectl style."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from rackscale.cli.client import (
 from rackscale.cli.output import OutputFormat, emit
 
 STATUSES = ("pending", "running", "completed", "failed", "cancelled")
+SCHEDULE_WORDS = ("schedules", "schedule", "sched")
 PAGE = 500
 
 
@@ -36,7 +37,10 @@ class GetFormat(StrEnum):
 
 def get(
     kind: Annotated[
-        str, typer.Argument(metavar="TYPE", help="jobs (job), nodes (node, no), racks (rack), queues (q).")
+        str,
+        typer.Argument(
+            metavar="TYPE", help="jobs (job), nodes (node, no), racks (rack), queues (q), schedules (schedule)."
+        ),
     ],
     name: Annotated[str | None, typer.Argument(metavar="[NAME]", help="Only this one.", show_default=False)] = None,
     output: Annotated[
@@ -58,14 +62,21 @@ def get(
     server: ServerOpt = None,
     token_file: TokenFileOpt = None,
 ) -> None:
-    """List jobs, nodes, racks or queues (or show one by NAME).
+    """List jobs, nodes, racks, queues or schedules (or show one by NAME).
 
     Examples:
 
       rackscale get jobs --status pending,running
       rackscale get job train-1 -o yaml
       rackscale get racks -o wide
+      rackscale get schedules
     """
+    if kind.strip().lower() in SCHEDULE_WORDS:  # scheduled scaling (docs/scheduled-scaling.md)
+        if queue or status or job_kind or all_pages:
+            die("--queue, --status, --kind and --all apply to jobs only", EXIT_USAGE)
+        with connect(server, token_file) as api:
+            _schedules(api, name, output)
+        return
     what = resource(kind, ("jobs", "nodes", "racks", "queues"))
     if what != "jobs" and (queue or status or job_kind or all_pages):
         die("--queue, --status, --kind and --all apply to jobs only", EXIT_USAGE)
@@ -213,3 +224,48 @@ def _jobs(
     table([h for h, _ in chosen], [[f(j) for _, f in chosen] for j in items])
     if more is not None:
         warn(f"(showing the first {len(items)} jobs; --all lists every page)")
+
+
+def _when(at: float, zone: str) -> str:
+    """A fire time in the schedule's own zone (its cron is written in it): ``2026-01-05 02:00 CET``."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return datetime.fromtimestamp(at, ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M %Z")
+    except (ZoneInfoNotFoundError, ValueError, OverflowError, OSError):
+        return f"{at:.0f}"
+
+
+def _schedule_cols(now: float) -> list[Col]:
+    def nxt(s: dict[str, Any]) -> str:
+        n = s.get("next")
+        return f"{_when(n['at'], s['timeZone'])} (in {age(n['at'] - now)})" if n else "never"
+
+    def step(s: dict[str, Any]) -> str:
+        n = s.get("next")
+        return f"{n['step']}: {n['sets']}" if n else "-"
+
+    def last(s: dict[str, Any]) -> str:
+        f = s.get("lastFired")
+        return f"{age(now - f['applied'])} ago (step {f['step']})" if f else "-"
+
+    return [
+        ("NAME", lambda s: s["name"]),
+        ("TARGET", lambda s: f"{s['targetKind']} {s['target']}"),
+        ("NEXT", nxt),
+        ("STEP", step),
+        ("LAST FIRED", last),
+    ]
+
+
+def _schedules(api: Api, name: str | None, output: GetFormat) -> None:
+    items = [api.get(f"/v1/schedules/{quote_path(name)}")] if name else api.get("/v1/schedules")["items"]
+    if output in (GetFormat.json, GetFormat.yaml):
+        emit(items[0] if name else {"items": items}, OutputFormat(output.value))
+        return
+    if not items:
+        warn("No schedules found.")
+        return
+    cols = _schedule_cols(api.now())
+    table([h for h, _ in cols], [[f(s) for _, f in cols] for s in items])

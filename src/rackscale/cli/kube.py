@@ -46,6 +46,15 @@ def kube_scheduler(
         int, typer.Option(help="Serve /healthz and /readyz on this port (0: off).", min=0, max=65535)
     ] = 0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every bind and cycle.")] = False,
+    schedule_files: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--schedule",
+            metavar="FILE",
+            help="ScalingSchedule file: scale its Deployments on the wall clock (repeatable; the leader acts).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Schedule pods with spec.schedulerName=rackscale onto the NVLink domains their nodes' labels describe.
 
@@ -56,6 +65,7 @@ def kube_scheduler(
 
       rackscale kube-scheduler --kubeconfig ~/.kube/config --scheduler-name rackscale
       rackscale kube-scheduler --rack-label example.com/nvlink-domain --no-leader-elect
+      rackscale kube-scheduler --schedule examples/schedule-training-nights.yaml
     """
     try:
         from kubernetes import client, config
@@ -65,6 +75,7 @@ def kube_scheduler(
         from rackscale.kube.scheduler import KubeScheduler, KubeSchedulerConfig
     except ImportError as e:
         fail(f"the Kubernetes scheduler needs the kubernetes client ({e}); install it with: {KUBE_EXTRA}")
+    schedules = load_schedules(schedule_files or [])
     if config_file is not None:
         try:
             settings = load_settings(config_file)
@@ -101,6 +112,7 @@ def kube_scheduler(
             lease_duration_s=lease_duration,
             renew_interval_s=renew_interval,
         ),
+        schedules=schedules,
     )
 
     def _stop(signum: int, frame: Any) -> None:
@@ -113,6 +125,27 @@ def kube_scheduler(
         serve_health(sched, health_port)
     sched.stopping.wait()
     sched.stop(release=True)
+
+
+def load_schedules(files: list[str]) -> list[Any]:
+    """The Deployment schedules of ``--schedule`` files; a bad file, a job or another target ends the command
+    (exit 2) naming the file and the fix, before anything connects."""
+    from rackscale.cli.apply import read_files
+    from rackscale.kube.schedules import ScheduleTargetError, deployment_of
+
+    if not files:
+        return []
+    schedules, jobs = read_files(files)
+    if jobs:
+        fail(
+            f"--schedule files hold ScalingSchedule documents only; submit the {len(jobs)} job(s) with rackscale submit"
+        )
+    for s in schedules:
+        try:
+            deployment_of(s)
+        except ScheduleTargetError as e:
+            fail(str(e))
+    return schedules
 
 
 def load_settings(path: Path) -> dict[str, str]:

@@ -104,6 +104,12 @@ def simulate(
         metavar="RACK@START+DURATION[~GRACE]",
         help="A planned rack drain, e.g. r000@2h+4h~10m (repeat for more): its jobs stop after the grace.",
     ),
+    schedule_files: list[Path] = typer.Option(
+        [], "--schedule", metavar="FILE", help="A ScalingSchedule (YAML) applied on virtual time (repeatable)."
+    ),
+    start_time: str | None = typer.Option(
+        None, "--start-time", help="ISO 8601 instant of virtual time 0, for cron times (default 2026-01-05T00:00Z)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output: {'runs': [...]}."),
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="table, json or yaml."),
     report: Path | None = typer.Option(None, "--report", help="Also write a self-contained HTML report here."),
@@ -125,7 +131,8 @@ def simulate(
       rackscale simulate --elastic-share 0.5 --baseline tiresias\n
       rackscale simulate --trace philly:../shared/traces/philly/philly.csv --racks 32 --arrival-scale 4\n
       rackscale simulate --cluster examples/seed-gpucluster.yaml --json\n
-      rackscale simulate --maintenance r000@6h+4h~10m     # what a rack drain costs
+      rackscale simulate --maintenance r000@6h+4h~10m     # what a rack drain costs\n
+      rackscale simulate --schedule examples/schedule-training-quota.yaml   # a night quota's what-if
     """
     from rackscale.scheduler import PROFILES
     from rackscale.sim.faults import FaultConfig
@@ -160,6 +167,7 @@ def simulate(
     for w in windows:
         if w.rack not in rack_names:
             fail(f"--maintenance: no rack named {w.rack!r} in this cluster")
+    schedules, start_epoch = _schedules(schedule_files, start_time)
     policies = list(dict.fromkeys((policy, *baselines)))
     runs: list[dict[str, Any]] = []
     results = []
@@ -183,10 +191,20 @@ def simulate(
                     last[0] = t
                     bar.update(task, completed=done)
 
-            config = SimConfig(policy=p, seed=seed, faults=faults, estimates=estimates.value, maintenance=windows)
+            config = SimConfig(
+                policy=p,
+                seed=seed,
+                faults=faults,
+                estimates=estimates.value,
+                maintenance=windows,
+                schedules=schedules,
+                start_epoch=start_epoch,
+            )
             result = Simulator(cluster, jobs, config).run(on_progress=tick)
             results.append(result)
             runs.append({"policy": p, "kpis": result.kpis.as_dict(), "failed_reasons": result.failed_reasons()})
+            if schedules:
+                runs[-1]["schedules"] = _schedule_effect(result, cluster.pricing.per_gpu_hour)
     if report is not None:
         from rackscale.sim.report import write_report
 
@@ -223,6 +241,14 @@ def simulate(
             shown = "; ".join(f"{n:,} x {why}" for why, n in reasons[:3])
             more = f"; and {len(reasons) - 3} more reasons (--json lists them)" if len(reasons) > 3 else ""
             notes.append(f"{r['policy']}: {plural(int(r['kpis']['failed']), 'job')} failed: {shown}{more}")
+    for r in runs:
+        if "schedules" in r:
+            eff = r["schedules"]
+            notes.append(
+                f"{r['policy']}: {plural(eff['fired'], 'schedule step')} fired; "
+                f"{eff['allocated_gpu_hours']:,.0f} GPU-hours allocated "
+                f"({eff['allocated_cost']:,.0f} {currency} at the cluster's price)"
+            )
     for line in notes:
         console.print(Text(printable(line)), highlight=False)
     for v in verdicts:
@@ -323,6 +349,38 @@ def _workload(
     if not jobs:
         fail("the workload has no jobs (check --duration and the trace's time window)")
     return jobs
+
+
+def _schedules(files: list[Path], start_time: str | None) -> tuple[tuple[Any, ...], float]:
+    """``--schedule`` files and ``--start-time``: the schedules and the epoch of virtual time 0."""
+    from rackscale.model.spec_errors import SpecError
+    from rackscale.sim.schedules import DEFAULT_START_EPOCH, parse_start_time, read_schedule_file
+
+    try:
+        start = parse_start_time(start_time) if start_time is not None else DEFAULT_START_EPOCH
+    except ValueError as e:
+        fail(f"--start-time: {e}")
+    out: dict[str, Any] = {}
+    for f in files:
+        try:
+            for s in read_schedule_file(f):
+                if s.name in out:
+                    fail(f"--schedule {f}: a second schedule named {s.name!r}; give each its own metadata.name")
+                out[s.name] = s
+        except SpecError as e:
+            fail(str(e))
+    return tuple(out.values()), start
+
+
+def _schedule_effect(result: Any, price: float) -> dict[str, Any]:
+    """What the schedules did in one run: the steps fired, and the GPU-hours the jobs held (a bill per use)."""
+    hours = result.allocated_gpu_s / 3600.0
+    return {
+        "fired": len(result.fired),
+        "steps": [{"schedule": f.schedule, "step": f.step, "at": f.at, "summary": f.summary} for f in result.fired],
+        "allocated_gpu_hours": hours,
+        "allocated_cost": hours * price,
+    }
 
 
 def _tenants(text: str | None) -> dict[str, str] | None:

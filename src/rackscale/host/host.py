@@ -25,6 +25,7 @@ from rackscale.host.parts import PartsMixin
 from rackscale.host.perf import samples_per_step
 from rackscale.host.progress import BytesMoved, EndSink, Progress, ignore_ends
 from rackscale.host.runs import Estimates, JobRun, RunStatus, RuntimeDefaults
+from rackscale.host.scaling_host import ScalingMixin
 from rackscale.host.services import ServicesMixin
 from rackscale.llm.jobs import LlmJobError
 from rackscale.model.placement import Placement
@@ -54,7 +55,7 @@ class HostOptions:
     defaults: RuntimeDefaults = field(default_factory=RuntimeDefaults)
 
 
-class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin):
+class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
     def __init__(
         self,
         cluster: GPUCluster,

@@ -19,11 +19,12 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes import client
 
+from rackscale.host.scaling import ScalingSchedule
 from rackscale.kube.binding import GangBinder
 from rackscale.kube.cluster import build_cluster, topology_signature
 from rackscale.kube.config import KubeSchedulerConfig, Stats
@@ -32,6 +33,7 @@ from rackscale.kube.ledger import Ledger
 from rackscale.kube.planning import plan
 from rackscale.kube.pods import gangs, node_name, pod_key
 from rackscale.kube.report import Reporter
+from rackscale.kube.schedules import DeploymentScaler
 from rackscale.kube.snapshot import build_state, cluster_index, node_key, with_node
 from rackscale.kube.undo import UndoBook
 from rackscale.kube.watch import Item, Watcher
@@ -55,6 +57,8 @@ class KubeScheduler:
         config: KubeSchedulerConfig | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        schedules: Sequence[ScalingSchedule] = (),
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
         self.config = cfg = config or KubeSchedulerConfig()
@@ -110,6 +114,8 @@ class KubeScheduler:
             for kind, fn in (("nodes", self.core.list_node), ("pods", self.core.list_pod_for_all_namespaces))
         }
         self._thread: threading.Thread | None = None
+        # Deployment schedules (--schedule): fired by the leader on the wall clock (rackscale.kube.schedules).
+        self.scaler = DeploymentScaler(api, schedules, component=cfg.scheduler_name, wall=wall) if schedules else None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> KubeScheduler:
@@ -144,8 +150,12 @@ class KubeScheduler:
                 was = self.elector.is_leader
                 if self.elector.tick() and not was:
                     self._dirty = True  # a new leader looks at everything
+                    if self.scaler is not None:
+                        self.scaler.reset()  # ... and applies the steps in force
                 next_renew = now + self.config.renew_interval_s
             self._drain(timeout=0.05)
+            if self.scaler is not None and self.is_leader:
+                self.scaler.tick()
             now = self.clock()
             if (
                 self.is_leader

@@ -29,6 +29,7 @@ from rackscale.service.context import DEFAULT_MAX_BODY, HttpProblem, ServiceCont
 from rackscale.service.guard import RequestGuard
 from rackscale.service.nodes_api import mount_nodes
 from rackscale.service.phase import ACTIVE, STATUSES
+from rackscale.service.schedules_api import mount_schedules
 from rackscale.service.store import DuplicateJob, RejectedJob, Store, StoreUnavailable
 from rackscale.service.views import (
     ClusterOut,
@@ -404,6 +405,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         return Response(body, media_type=content_type)
 
     mount_nodes(app, ctx)  # cordon, drain, uncordon (admin)
+    mount_schedules(app, ctx)  # scheduled scaling (docs/scheduled-scaling.md)
     mount(app, ctx)  # the web page at / (and whatever it reads besides /v1)
 
     return app

@@ -33,6 +33,7 @@ from rackscale.model.workload import JobSpec
 from rackscale.service.clock import ServiceClock
 from rackscale.service.live import CANCELLED, FAILED, PREEMPTED, RESIZED, SCHEDULED, Change, LiveCluster
 from rackscale.service.load_signal import LiveAutoscaler
+from rackscale.service.schedules_store import ScheduleKeeper, ScheduleOrder
 from rackscale.service.store import PENDING, RUNNING, JobRow, Store, StoreUnavailable
 
 log = logging.getLogger("rackscale.service")
@@ -69,7 +70,7 @@ class Cancelled:
     run: int = 0
 
 
-Message = Submitted | Cancelled | HoldOrder
+Message = Submitted | Cancelled | HoldOrder | ScheduleOrder
 """What the API hands the runner (from any thread), taken in order at the start of a step."""
 
 
@@ -126,6 +127,8 @@ class Runner:
         # grace (it stopped on the signal) waits for the drain's deadline, which requeues it (_drain_signals).
         self._warned: set[str] = set()
         self._held: dict[str, Exit] = {}
+        # Scheduled scaling (rackscale.service.schedules_store): the API puts, the runner fires each step.
+        self.schedules = ScheduleKeeper(store)
 
     @property
     def problem(self) -> str | None:
@@ -146,6 +149,11 @@ class Runner:
 
     def held(self, order: HoldOrder) -> None:
         """Node holds (cordon, drain, uncordon) the store has committed (rackscale.service.nodes_api)."""
+        self._inbox.append(order)
+        self._wake.set()
+
+    def scheduled(self, order: ScheduleOrder) -> None:
+        """A schedule put or deleted, committed by the store (rackscale.service.schedules_api)."""
         self._inbox.append(order)
         self._wake.set()
 
@@ -364,6 +372,9 @@ class Runner:
                         self._drop(name, now)
                 case HoldOrder(holds):  # a drain whose grace is over stops its jobs here (PREEMPTED)
                     changes += self.live.put_holds(holds, now)
+                case ScheduleOrder() as order:
+                    self.schedules.take(self.live, order, now)
+        self.schedules.fire(self.live, now)  # quotas and bounds: this step's cycle sees them (its changes too)
         if self._reports is not None:  # failed parts requeue their jobs before the exits they caused (NODE_FAIL)
             changes += self.live.apply_health(self._reports, now)
         for ex in exits:

@@ -23,6 +23,7 @@ class EventKind(IntEnum):
     AUTOSCALE = 4
     SAMPLE = 5
     MAINTENANCE = 6  # a planned drain starts, its grace ends, or it ends (rackscale.sim.maintenance)
+    SCHEDULE = 7  # a ScalingSchedule's steps are due (rackscale.sim.schedules)
 
 
 @dataclass(slots=True)

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 
 from rackscale.host.kpis import Kpis
 from rackscale.host.runs import JobRun, RunStatus
+from rackscale.host.scaling import ScalingSchedule, ScheduleFired
 from rackscale.scheduler.framework import Profile
 from rackscale.sim.faults import FaultConfig
 from rackscale.sim.maintenance import Window
+from rackscale.sim.schedules import DEFAULT_START_EPOCH
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,6 +26,8 @@ class SimConfig:
     # What the scheduler is told of durations (``host.Estimates``): the jobs' own, or history's predictions.
     estimates: str = "given"
     maintenance: tuple[Window, ...] = ()  # planned rack drains (rackscale.sim.maintenance)
+    schedules: tuple[ScalingSchedule, ...] = ()  # scheduled scaling (rackscale.sim.schedules)
+    start_epoch: float = DEFAULT_START_EPOCH  # the wall-clock instant of virtual time 0 (for cron times)
 
 
 @dataclass(slots=True)
@@ -33,6 +37,8 @@ class SimResult:
     jobs: dict[str, JobRun]
     series: dict[str, list[float]]
     rack_series: list[list[float]]  # per sample: allocated share of each rack
+    fired: list[ScheduleFired] = field(default_factory=list)  # the schedules' steps, as they fired
+    allocated_gpu_s: float = 0.0  # GPU-seconds held by jobs (what a pay-per-use bill charges)
 
     def failed_reasons(self) -> dict[str, int]:
         out: dict[str, int] = {}

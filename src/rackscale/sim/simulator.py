@@ -24,11 +24,12 @@ from rackscale.sim.failures import FailuresMixin
 from rackscale.sim.faults import FaultSource, Part
 from rackscale.sim.maintenance import MaintenanceMixin
 from rackscale.sim.records import SimConfig, SimResult
+from rackscale.sim.schedules import SchedulesMixin
 
 DEFAULT_RUNTIME_S = RuntimeDefaults().runtime_s  # a job without a duration estimate runs an hour at its best placement
 
 
-class Simulator(FailuresMixin, MaintenanceMixin, ClusterHost):
+class Simulator(FailuresMixin, MaintenanceMixin, SchedulesMixin, ClusterHost):
     def __init__(self, cluster: GPUCluster, jobs: Sequence[JobSpec], config: SimConfig | None = None) -> None:
         self.cfg = config or SimConfig()
         self.q = EventQueue()
@@ -66,6 +67,7 @@ class Simulator(FailuresMixin, MaintenanceMixin, ClusterHost):
         for part in Part:
             self._schedule_failure(part, start)
         self._schedule_maintenance(self.cfg.maintenance, start)
+        self._schedule_schedules(self.cfg.schedules, start_epoch=self.cfg.start_epoch, start=start)
         if self.cfg.record_series:
             self.q.push(start, EventKind.SAMPLE)
         if any(j.kind is JobKind.INFERENCE for j in jobs):
@@ -109,6 +111,8 @@ class Simulator(FailuresMixin, MaintenanceMixin, ClusterHost):
             jobs=self.runs,
             series=self.series,
             rack_series=self.rack_series,
+            fired=self.fired,
+            allocated_gpu_s=self.kpi.allocated_gpu_s,
         )
 
     def _announce_end(self, job: str, end: float, generation: int) -> None:
@@ -131,6 +135,8 @@ class Simulator(FailuresMixin, MaintenanceMixin, ClusterHost):
             return self._repair(ev)
         if kind is EventKind.MAINTENANCE:
             return self._maintenance(ev, now)
+        if kind is EventKind.SCHEDULE:
+            return self._fire_schedules(now)
         if kind is EventKind.AUTOSCALE:
             freed = self._autoscale(now)
             if self.active > 0:
