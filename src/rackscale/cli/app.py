@@ -30,6 +30,7 @@ from rackscale.cli.simulate import simulate
 from rackscale.cli.slurm import app as slurm_app  # light: each command imports its parts when it runs
 from rackscale.cli.storage import app as storage_app  # light: rackscale.storage is imported when it runs
 from rackscale.cli.submit import submit
+from rackscale.cli.sweep import sweep  # light: rackscale.sweep is imported when it runs
 from rackscale.cli.token import token
 from rackscale.cli.top import top
 from rackscale.cli.uncordon import uncordon
@@ -161,6 +162,7 @@ app.command(name="kube-scheduler")(kube_scheduler)
 app.command()(token)
 app.command()(preflight)
 app.command()(loadgen)
+app.command()(sweep)
 
 
 def _mount_bench() -> None:

@@ -1,0 +1,199 @@
+"""A cell: its key (what makes a rerun skip it), what it builds (cluster, jobs, SimConfig) and its run.
+
+:func:`build_run` follows ``rackscale simulate`` step by step (cli/simulate.py: ``resolve_cluster``,
+``_workload``, the fault, maintenance and schedule options), raising :class:`SweepError` where the
+command prints an error, so that a cell is exactly one policy's run of that command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rackscale.model.topology import GPUCluster
+from rackscale.sim.records import SimConfig
+from rackscale.sweep.spec import CellOptions, SweepError
+
+
+def project_version() -> str:
+    """The installed distribution's version (what a release changes), else the package's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rackscale")
+    except PackageNotFoundError:  # a source checkout that is not installed
+        from rackscale import __version__
+
+        return __version__
+
+
+def trace_file(options: CellOptions) -> Path | None:
+    return Path(os.path.expanduser(options.trace.partition(":")[2].strip())) if options.trace else None
+
+
+def input_files(options: CellOptions) -> list[Path]:
+    """Every file a cell reads: a change to any of them (size or mtime) makes it a new cell."""
+    out = [Path(p) for p in (options.cluster, options.jobs_file) if p]
+    out += [Path(p) for p in options.schedules]
+    t = trace_file(options)
+    return [*out, t] if t else out
+
+
+def _stamp(path: Path) -> list[int] | str:
+    try:
+        st = path.stat()
+    except OSError:
+        return "missing"  # the run will say so; the key still differs from the file's later key
+    return [st.st_size, st.st_mtime_ns]
+
+
+def cell_key(options: CellOptions, *, version: str | None = None) -> str:
+    """sha256 of the canonical JSON of the cell's options, the project's version and its input files' size
+    and mtime: stable across runs and machines for the same inputs, different when any of them changes."""
+    doc = {
+        "options": options.canonical(),
+        "version": version if version is not None else project_version(),
+        "inputs": {str(p): _stamp(p) for p in input_files(options)},
+    }
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    cluster: GPUCluster
+    jobs: list[Any]
+    config: SimConfig
+    skipped_rows: int = 0
+
+
+def build_run(options: CellOptions, *, trace_path: Path | None = None) -> Run:
+    """The cluster, the jobs and the SimConfig of one cell (``trace_path``: where the trace's bytes lie on
+    this machine, when they came through Ray's object store rather than from the cell's own path)."""
+    from rackscale.model.spec_errors import SpecError
+
+    try:
+        cluster = _cluster(options)
+        jobs, skipped = _jobs(options, cluster, trace_path)
+        return Run(cluster=cluster, jobs=jobs, config=_config(options, cluster), skipped_rows=skipped)
+    except SpecError as e:
+        raise SweepError([" ".join(str(e).split())]) from None
+
+
+def _cluster(options: CellOptions) -> GPUCluster:
+    if options.cluster is not None:
+        from rackscale.loaders import load_cluster
+
+        return load_cluster(Path(options.cluster))
+    n = 4 if options.racks is None else options.racks  # simulate's default (cli/common.DEFAULT_RACKS)
+    return GPUCluster.uniform(name=f"nvl72-x{n}", racks_per_region=n)
+
+
+def _jobs(options: CellOptions, cluster: GPUCluster, trace_path: Path | None) -> tuple[list[Any], int]:
+    from rackscale.workloads import SyntheticConfig, load_trace, synthetic_jobs
+
+    skipped = 0
+    if options.trace is not None:
+        fmt = options.trace.partition(":")[0]
+        spec = f"{fmt}:{trace_path}" if trace_path is not None else options.trace
+        window = (0.0, options.duration_h * 3600.0) if options.duration_h is not None else None
+        loaded = load_trace(
+            spec,
+            gpu_scale=options.gpu_scale,
+            arrival_scale=options.arrival_scale,
+            time_window=window,
+            on_error="reject" if options.strict else "skip",
+            tenant_map=options.tenant_map,
+        )
+        jobs, skipped = list(loaded.jobs), len(loaded.skipped)
+    elif options.jobs_file is not None:
+        from rackscale.loaders import load_jobs
+
+        jobs = list(load_jobs(Path(options.jobs_file)))
+    else:
+        hours = options.duration_h if options.duration_h is not None else 24.0
+        jobs = synthetic_jobs(
+            SyntheticConfig(
+                jobs=max(1, round(options.jobs * options.arrival_scale)),
+                duration_s=hours * 3600.0,
+                max_gpus=cluster.total_gpus,
+                seed=options.seed,
+                elastic_share=options.elastic_share,
+            )
+        )
+    if not jobs:
+        raise SweepError(["the workload has no jobs (check duration_h and the trace's time window)"])
+    return jobs, skipped
+
+
+def _config(options: CellOptions, cluster: GPUCluster) -> SimConfig:
+    from rackscale.sim.faults import FaultConfig
+    from rackscale.sim.maintenance import parse_window
+    from rackscale.sim.schedules import DEFAULT_START_EPOCH, parse_start_time, read_schedule_file
+
+    windows = tuple(parse_window(w) for w in options.maintenance)  # validated with the document
+    racks = {r.name for r in cluster.racks}
+    for w in windows:
+        if w.rack not in racks:
+            raise SweepError([f"maintenance: no rack named {w.rack!r} in this cluster"])
+    schedules: dict[str, Any] = {}
+    for f in options.schedules:
+        for s in read_schedule_file(Path(f)):
+            if s.name in schedules:
+                raise SweepError([f"schedules {f}: a second schedule named {s.name!r}"])
+            schedules[s.name] = s
+    start = parse_start_time(options.start_time) if options.start_time is not None else DEFAULT_START_EPOCH
+    return SimConfig(
+        policy=options.policy,
+        seed=options.seed,
+        faults=FaultConfig(
+            gpu_mtbf_h=options.gpu_mtbf_h, node_mtbf_h=options.node_mtbf_h, uplink_mtbf_h=options.uplink_mtbf_h
+        ),
+        estimates=options.estimates.value,
+        maintenance=windows,
+        schedules=tuple(schedules.values()),
+        start_epoch=start,
+    )
+
+
+def materialize(trace: bytes, *, suffix: str) -> Path:
+    """The trace's bytes (from Ray's object store) as a file on this machine, written once per content
+    (named by its hash; written aside and renamed so that two workers never read half a file)."""
+    digest = hashlib.sha256(trace).hexdigest()[:32]
+    path = Path(tempfile.gettempdir()) / f"rackscale-sweep-{digest}{suffix}"
+    if not path.exists():
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".rackscale-sweep-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(trace)
+        os.replace(tmp, path)
+    return path
+
+
+def run_cell(options: dict[str, Any], trace: bytes | None = None) -> dict[str, Any]:
+    """One cell, in a worker: the KPIs ``simulate --json`` prints for its policy (``kpis``,
+    ``failed_reasons``) plus its size and timing. Raises on a bad input; the runner records the error."""
+    cell = CellOptions.model_validate(options)
+    path = None
+    if trace is not None and cell.trace is not None:
+        path = materialize(trace, suffix=Path(cell.trace.partition(":")[2]).suffix)
+    t0 = time.perf_counter()
+    run = build_run(cell, trace_path=path)
+    from rackscale.sim.simulator import Simulator
+
+    t1 = time.perf_counter()
+    result = Simulator(run.cluster, run.jobs, run.config).run()
+    return {
+        "kpis": result.kpis.as_dict(),
+        "failed_reasons": result.failed_reasons(),
+        "jobs": len(run.jobs),
+        "gpus": run.cluster.total_gpus,
+        "skipped_rows": run.skipped_rows,
+        "load_s": t1 - t0,
+        "sim_s": time.perf_counter() - t1,
+    }

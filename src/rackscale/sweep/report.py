@@ -1,0 +1,134 @@
+"""The sweep's HTML report: one self-contained file (plots inline as SVG), the comparison and the tables.
+
+matplotlib is imported only here and only when it is installed; without it the report has the tables
+and says why there are no plots.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rackscale.sweep.spec import CellOptions
+
+# A record names only the options that differ from the defaults; a table shows every swept one.
+DEFAULTS: dict[str, Any] = {k: f.default for k, f in CellOptions.model_fields.items()}
+
+STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;margin:1em 0}"
+    "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}th{background:#f3f3f3}"
+    "td.l,th.l{text-align:left}.failed{color:#b00}.note{color:#555}"
+)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _est(e: Mapping[str, Any] | None) -> str:
+    if not e:
+        return "n/a"
+    ci = "" if e.get("ci95") is None else f" ± {e['ci95']:.3g}"
+    return f"{e['mean']:.4g}{ci} (n={e['n']})"
+
+
+def _table(heads: Sequence[str], rows: Sequence[Sequence[str]], *, left: int = 1, cls: str = "") -> str:
+    th = "".join(f'<th class="{"l" if i < left else ""}">{html.escape(h)}</th>' for i, h in enumerate(heads))
+    body = []
+    for r in rows:
+        tds = "".join(f'<td class="{"l" if i < left else ""}">{html.escape(c)}</td>' for i, c in enumerate(r))
+        body.append(f"<tr>{tds}</tr>")
+    return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _label(options: Mapping[str, Any], varying: Sequence[str]) -> str:
+    return ", ".join(f"{k}={json.dumps(_value(options, k))}" for k in varying) or "(all cells alike)"
+
+
+def _value(options: Mapping[str, Any], key: str) -> Any:
+    return options.get(key, DEFAULTS.get(key))
+
+
+def _plots(groups: Sequence[Mapping[str, Any]], kpis: Sequence[str], varying: Sequence[str]) -> tuple[str, str]:
+    """Each KPI against the first swept option that is not the policy, one line per policy, CI error bars.
+    Returns (the SVGs, a note)."""
+    try:
+        import matplotlib  # type: ignore[import-not-found, import-untyped, unused-ignore]
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, import-untyped, unused-ignore]
+    except ImportError:
+        return "", "No plots: matplotlib is not installed (pip install matplotlib); the tables hold every number."
+    axes = [k for k in varying if k != "policy"]
+    x_opt = axes[0] if axes else None
+    out = []
+    for kpi in kpis:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        by_policy: dict[str, list[tuple[Any, float, float]]] = {}
+        for g in groups:
+            e = g.get(kpi)
+            if not e:
+                continue
+            policy = str(_value(g["options"], "policy"))
+            x = _value(g["options"], x_opt) if x_opt else policy  # nothing else swept: one point per policy
+            by_policy.setdefault(policy, []).append((x, e["mean"], e["ci95"] or 0.0))
+        for policy, pts in sorted(by_policy.items()):
+            pts.sort(key=lambda p: (str(type(p[0])), p[0]))
+            xs = [p[0] if isinstance(p[0], int | float) else str(p[0]) for p in pts]
+            ax.errorbar(xs, [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3, label=policy)
+        ax.set_xlabel(x_opt or "policy")
+        ax.set_ylabel(kpi)
+        ax.legend(fontsize="small")
+        buf = io.StringIO()
+        fig.tight_layout()
+        fig.savefig(buf, format="svg")
+        plt.close(fig)
+        svg = buf.getvalue()
+        out.append(svg[svg.find("<svg") :])
+    return "".join(out), "Error bars: 95 % confidence intervals over seeds (Student t)."
+
+
+def write_report(
+    path: Path,
+    *,
+    name: str,
+    records: Sequence[Mapping[str, Any]],
+    groups: Sequence[Mapping[str, Any]],
+    comparisons: Sequence[Mapping[str, Any]],
+    kpis: Sequence[str],
+) -> None:
+    keys = sorted({k for g in groups for k in g["options"]} | {k for r in records for k in r.get("options", {})})
+    varying = [k for k in keys if k != "seed" and len({json.dumps(_value(g["options"], k)) for g in groups}) > 1]
+    if "policy" not in varying and any("policy" in g["options"] for g in groups):
+        varying.insert(0, "policy")
+    plots, note = _plots(groups, kpis, varying)
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>sweep {html.escape(name)}</title>"]
+    parts.append(f"<style>{STYLE}</style></head><body><h1>Sweep {html.escape(name)}</h1>")
+    ok = sum(1 for r in records if r.get("status") == "ok")
+    parts.append(f"<p>{ok} cells done, {len(records) - ok} failed.</p>")
+    if comparisons:
+        parts.append("<h2>Comparison (paired by seed, mean relative difference ± 95 % CI)</h2>")
+        rows = [[_label(c["options"], [v for v in varying if v != "policy"]), c["text"]] for c in comparisons]
+        parts.append(_table(["cells", "comparison"], rows, left=2, cls="compare"))
+    parts.append(f"<h2>Plots</h2><p class='note'>{html.escape(note)}</p>{plots}")
+    parts.append("<h2>Means over seeds (± 95 % CI)</h2>")
+    rows = [[_label(g["options"], varying), ",".join(map(str, g["seeds"])), *(_est(g.get(k)) for k in kpis)]
+            for g in groups]  # fmt: skip
+    parts.append(_table(["cells", "seeds", *kpis], rows, left=2, cls="groups"))
+    parts.append("<h2>Cells</h2>")
+    rows = [[_label(r.get("options", {}), [*varying, "seed"]), str(r.get("status")),
+             *(_fmt((r.get("kpis") or {}).get(k)) for k in kpis), str(r.get("error") or "")]
+            for r in records]  # fmt: skip
+    parts.append(_table(["cell", "status", *kpis, "error"], rows, left=2, cls="cells"))
+    parts.append("</body></html>\n")
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text("".join(parts), encoding="utf-8")
+    tmp.replace(path)

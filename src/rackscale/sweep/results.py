@@ -1,0 +1,206 @@
+"""The sweep's table: an append-only JSONL file (the source of truth), its CSV/Parquet exports, and the
+statistics over seeds.
+
+Statistics (docs/sweep.md): per group of cells that differ only by ``seed``, the mean of each KPI and the
+half-width of its 95 % confidence interval, ``t(0.975, n-1) * s / sqrt(n)`` (Student t, sample standard
+deviation). A comparison against the baseline policy is *paired by seed*: for each seed the relative
+difference ``(x - baseline) / baseline`` of the two cells that differ only by policy, then the mean of
+those differences and the same t interval around it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+# Two-sided 95 % quantiles t(0.975, df) of Student's t distribution, df = 1..30, then 40, 60, 120 and the
+# normal limit. Source: NIST/SEMATECH e-Handbook of Statistical Methods, section 1.3.6.7.2, "Critical
+# Values of the Student's t Distribution" (https://www.itl.nist.gov/div898/handbook/eda/section3/eda3672.htm),
+# column 0.975. Between the tabulated df above 30 the next smaller df is used (a slightly wider interval).
+T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+T975_LARGE = ((40, 2.021), (60, 2.000), (120, 1.980))
+Z975 = 1.960
+
+
+def t975(df: int) -> float:
+    if df < 1:
+        raise ValueError("a confidence interval needs at least two values (df >= 1)")
+    if df <= len(T975):
+        return T975[df - 1]
+    out = T975[-1]
+    for at, value in T975_LARGE:
+        if df >= at:
+            out = value
+    return out if df < 1000 else Z975
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    n: int
+    mean: float
+    ci95: float | None  # half-width; None for a single value
+
+
+def estimate(values: Iterable[float]) -> Estimate | None:
+    import numpy as np
+
+    xs = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if xs.size == 0:
+        return None
+    mean = float(xs.mean())
+    if xs.size == 1:
+        return Estimate(n=1, mean=mean, ci95=None)
+    half = t975(int(xs.size) - 1) * float(xs.std(ddof=1)) / math.sqrt(xs.size)
+    return Estimate(n=int(xs.size), mean=mean, ci95=half)
+
+
+class ResultsWriter:
+    """Appends one JSON line per finished cell, flushed and fsynced at once: a crash loses nothing done."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._f = path.open("a", encoding="utf-8")
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        self._f.write(json.dumps(record, sort_keys=True, ensure_ascii=True, default=str) + "\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> ResultsWriter:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+def read_results(path: Path) -> dict[str, dict[str, Any]]:
+    """The latest record of each cell key. A torn last line (a crash while writing it) is ignored: that
+    cell was not done."""
+    out: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return out
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("key"), str):
+                out[rec["key"]] = rec
+    return out
+
+
+def flat_rows(records: Iterable[Mapping[str, Any]], kpis: Iterable[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """One flat row per cell (options, then the KPIs), and the column order."""
+    recs = list(records)
+    option_cols = sorted({k for r in recs for k in r.get("options", {})})
+    kpi_cols = list(dict.fromkeys(kpis))
+    cols = ["key", "status", *option_cols, *kpi_cols, "error", "attempts", "elapsed_s"]
+    rows = []
+    for r in recs:
+        row: dict[str, Any] = {"key": r["key"], "status": r.get("status"), "error": r.get("error")}
+        row.update(attempts=r.get("attempts"), elapsed_s=r.get("elapsed_s"))
+        for k in option_cols:
+            v = r.get("options", {}).get(k)
+            row[k] = json.dumps(v) if isinstance(v, list | dict) else v
+        for k in kpi_cols:
+            row[k] = (r.get("kpis") or {}).get(k)
+        rows.append(row)
+    return cols, rows
+
+
+def write_csv(records: Iterable[Mapping[str, Any]], path: Path, kpis: Iterable[str]) -> None:
+    cols, rows = flat_rows(records, kpis)
+    tmp = path.with_name(path.name + ".part")
+    with tmp.open("w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
+def write_parquet(records: Iterable[Mapping[str, Any]], path: Path, kpis: Iterable[str]) -> bool:
+    """The same table as Parquet when pyarrow is installed (the ``sweep`` extra); False when it is not."""
+    try:
+        import pyarrow as pa  # type: ignore[import-not-found, import-untyped, unused-ignore]
+        import pyarrow.parquet as pq  # type: ignore[import-not-found, import-untyped, unused-ignore]
+    except ImportError:
+        return False
+    cols, rows = flat_rows(records, kpis)
+    arrays = {}
+    for c in cols:
+        values = [r[c] for r in rows]
+        try:
+            arrays[c] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types in one column: keep them as text
+            arrays[c] = pa.array([None if v is None else str(v) for v in values], type=pa.string())
+    tmp = path.with_name(path.name + ".part")
+    pq.write_table(pa.table(arrays), tmp)
+    os.replace(tmp, path)
+    return True
+
+
+def _group(options: Mapping[str, Any], drop: tuple[str, ...]) -> str:
+    return json.dumps({k: v for k, v in options.items() if k not in drop}, sort_keys=True)
+
+
+def aggregate(records: Iterable[Mapping[str, Any]], kpis: Iterable[str]) -> list[dict[str, Any]]:
+    """Per group of ``ok`` cells that differ only by seed: n and, per KPI, mean and 95 % CI half-width."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        if r.get("status") == "ok":
+            groups.setdefault(_group(r["options"], ("seed",)), []).append(r)
+    out = []
+    for g, recs in groups.items():
+        row: dict[str, Any] = {"options": json.loads(g), "seeds": sorted(r["options"].get("seed", 0) for r in recs)}
+        for k in kpis:
+            e = estimate(v for r in recs if isinstance(v := (r.get("kpis") or {}).get(k), int | float))
+            row[k] = None if e is None else {"n": e.n, "mean": e.mean, "ci95": e.ci95}
+        out.append(row)
+    return out
+
+
+def compare(records: Iterable[Mapping[str, Any]], *, baseline: str, kpis: Iterable[str]) -> list[dict[str, Any]]:
+    """Each policy vs ``baseline`` per KPI, paired by seed within each group of the other options: the
+    mean relative difference (per cent) and its 95 % CI."""
+    cells: dict[tuple[str, str, int], Mapping[str, Any]] = {}
+    for r in records:
+        if r.get("status") == "ok":
+            o = r["options"]
+            cells[(_group(o, ("seed", "policy")), o.get("policy", "rackscale"), int(o.get("seed", 0)))] = r
+    out = []
+    for group, policy, _seed in sorted({(g, p, 0) for g, p, _ in cells}):
+        if policy == baseline:
+            continue
+        for k in kpis:
+            diffs = []
+            for (g, p, seed), r in cells.items():
+                b = cells.get((g, baseline, seed))
+                if g != group or p != policy or b is None:
+                    continue
+                x, y = (r.get("kpis") or {}).get(k), (b.get("kpis") or {}).get(k)
+                if isinstance(x, int | float) and isinstance(y, int | float) and y != 0:
+                    diffs.append(100.0 * (x - y) / abs(y))
+            e = estimate(diffs)
+            if e is None:
+                continue
+            ci = "" if e.ci95 is None else f" ± {e.ci95:.1f} %"
+            text = f"{policy} vs {baseline}: {k} {e.mean:+.1f} %{ci} ({e.n} paired seed{'s' if e.n != 1 else ''})"
+            out.append({"options": json.loads(group), "policy": policy, "baseline": baseline, "kpi": k,
+                        "n": e.n, "mean_pct": e.mean, "ci95_pct": e.ci95, "text": text})  # fmt: skip
+    return out

@@ -1,0 +1,274 @@
+"""The ``Sweep`` document: base options, a cartesian ``grid`` and/or explicit ``cells``, and a comparison.
+
+Every option is one of ``rackscale simulate``'s (:class:`CellOptions`, named as in the YAML, snake_case),
+so a cell is exactly one ``simulate`` run of one policy. A bad document is one :class:`SweepError` whose
+lines each name the field path (``spec.grid.policy[1]``) and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rackscale.host.kpis import Kpis
+from rackscale.host.runs import Estimates
+from rackscale.model.errors import RackscaleError
+from rackscale.model.spec_errors import format_loc
+
+API_VERSION = "rackscale.io/v1"
+MAX_CELLS = 100_000  # a grid larger than this is a typo (a list pasted into the wrong key), not a plan
+MAX_FILE_BYTES = 1 << 20
+KPI_NAMES = tuple(f.name for f in fields(Kpis) if f.name != "by_kind")
+KIND_PREFIXES = ("mean_jct_s_", "mean_queueing_s_")  # per-kind means (Kpis.by_kind)
+DEFAULT_KPIS = ("mean_jct_s", "idle_rate", "slo_attainment", "intra_rack_traffic_share")
+
+
+class SweepError(RackscaleError, ValueError):
+    """A sweep document (or a sweep's input) is invalid; one line per problem, each naming its field."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.problems,))
+
+
+class CellOptions(BaseModel):
+    """One cell: the options of one ``rackscale simulate`` run with one policy (its flag in brackets)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cluster: str | None = None  # --cluster FILE
+    racks: int | None = Field(None, ge=1, le=100_000)  # --racks (default 4 when no cluster)
+    trace: str | None = None  # --trace FORMAT:PATH
+    jobs_file: str | None = None  # --jobs FILE
+    jobs: int = Field(600, ge=1, le=10_000_000)  # --n-jobs: the synthetic mix's size
+    duration_h: float | None = Field(None, ge=0.001, le=1e6)  # --duration
+    arrival_scale: float = Field(1.0, ge=0.001, le=1e6)
+    gpu_scale: float = Field(1.0, ge=0.001, le=1e6)
+    elastic_share: float = Field(0.0, ge=0.0, le=1.0)
+    strict: bool = False
+    tenant_map: dict[str, str] | None = None  # --tenant-map OLD=NEW,...
+    policy: str = "rackscale"
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+    estimates: Estimates = Estimates.GIVEN
+    gpu_mtbf_h: float | None = Field(None, gt=0.0, le=1e9)
+    node_mtbf_h: float | None = Field(None, gt=0.0, le=1e9)
+    uplink_mtbf_h: float | None = Field(None, gt=0.0, le=1e9)
+    maintenance: tuple[str, ...] = ()  # RACK@START+DURATION[~GRACE]
+    schedules: tuple[str, ...] = ()  # --schedule FILE (repeatable)
+    start_time: str | None = None  # --start-time ISO 8601
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, v: str) -> str:
+        from rackscale.scheduler import PROFILES
+
+        if v not in PROFILES:
+            raise ValueError(f"unknown policy {v!r}; choose one of: {', '.join(PROFILES)}")
+        return v
+
+    @field_validator("maintenance")
+    @classmethod
+    def _windows(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        from rackscale.host.drains import DrainError
+        from rackscale.sim.maintenance import parse_window
+
+        for w in v:
+            try:
+                parse_window(w)
+            except DrainError as e:
+                raise ValueError(f"{w!r}: {e}") from None
+        return v
+
+    @field_validator("start_time")
+    @classmethod
+    def _start(cls, v: str | None) -> str | None:
+        from rackscale.sim.schedules import parse_start_time
+
+        if v is not None:
+            parse_start_time(v)  # its ValueError names the expected form
+        return v
+
+    @field_validator("trace")
+    @classmethod
+    def _trace(cls, v: str | None) -> str | None:
+        if v is not None and not v.partition(":")[2].strip():
+            raise ValueError(f"expected FORMAT:PATH, e.g. philly:../shared/traces/philly/philly.csv (got {v!r})")
+        return v
+
+    @model_validator(mode="after")
+    def _exclusive(self) -> CellOptions:
+        if self.cluster is not None and self.racks is not None:
+            raise ValueError("give either cluster or racks, not both")
+        if self.trace is not None and self.jobs_file is not None:
+            raise ValueError("give either trace or jobs_file, not both")
+        return self
+
+    def canonical(self) -> dict[str, Any]:
+        """Only the options that differ from their defaults, JSON-ready: what names and keys a cell."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+
+OPTION_NAMES = tuple(CellOptions.model_fields)
+
+
+class Compare(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    baseline: str | None = None  # a policy of the grid; None: no comparison
+    kpis: tuple[str, ...] = DEFAULT_KPIS
+
+    @field_validator("kpis")
+    @classmethod
+    def _known_kpis(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for k in v:
+            if k not in KPI_NAMES and not k.startswith(KIND_PREFIXES):
+                near = difflib.get_close_matches(k, KPI_NAMES, n=1)
+                hint = f"did you mean {near[0]!r}? " if near else ""
+                raise ValueError(f"unknown KPI {k!r}; {hint}the KPIs are those of simulate --json")
+        return v
+
+
+class Metadata(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    base: dict[str, Any] = Field(default_factory=dict)
+    grid: dict[str, Any] = Field(default_factory=dict)  # lists, checked by _check_options
+    cells: list[dict[str, Any]] = Field(default_factory=list)
+    compare: Compare = Field(default_factory=Compare)
+
+
+class SweepSpec(BaseModel):
+    """The document. :meth:`expand` gives its cells, each validated, in a stable order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    api_version: Literal["rackscale.io/v1"] = Field(alias="apiVersion")
+    kind: Literal["Sweep"]
+    metadata: Metadata
+    spec: Body
+
+    def expand(self) -> list[CellOptions]:
+        body = self.spec
+        keys = list(body.grid)
+        scenarios = body.cells or [{}]
+        out: list[CellOptions] = []
+        seen: set[str] = set()
+        problems: list[str] = []
+        for i, scenario in enumerate(scenarios):
+            for point in itertools.product(*(body.grid[k] for k in keys)):
+                merged = {**body.base, **scenario, **dict(zip(keys, point, strict=True))}
+                try:
+                    cell = CellOptions.model_validate(merged)
+                except ValidationError as e:
+                    where = f"spec.cells[{i}]" if body.cells else "spec"
+                    problems.append(f"{where} with {_short(merged)}: {_first_message(e)}")
+                    continue
+                ident = repr(sorted(cell.canonical().items()))
+                if ident not in seen:  # a grid that repeats a value gives the same cell once
+                    seen.add(ident)
+                    out.append(cell)
+        if problems:
+            raise SweepError(
+                problems[:10] + ([f"... and {len(problems) - 10} more cells"] if len(problems) > 10 else [])
+            )
+        return out
+
+
+def _short(options: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in options.items())[:200]
+
+
+def _first_message(e: ValidationError) -> str:
+    err = e.errors()[0]
+    loc = format_loc(tuple(str(p) if not isinstance(p, int) else p for p in err["loc"]))
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{loc}: {msg}" if loc else msg
+
+
+def _check_options(where: str, options: Mapping[str, Any], problems: list[str], *, lists: bool = False) -> None:
+    """Each option's name and value alone, so that a bad value is reported at the field that holds it."""
+    for name, value in options.items():
+        path = f"{where}.{name}"
+        if name not in OPTION_NAMES:
+            near = difflib.get_close_matches(str(name), OPTION_NAMES, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            problems.append(f"{path}: unknown option (fix: {hint}the options are: {', '.join(OPTION_NAMES)})")
+            continue
+        values = value if lists else [value]
+        if lists and (not isinstance(value, list) or not value):
+            problems.append(f"{path}: a grid axis is a non-empty list of values (fix: {name}: [a, b])")
+            continue
+        for j, v in enumerate(values):
+            at = f"{path}[{j}]" if lists else path
+            try:
+                CellOptions.model_validate({name: v})
+            except ValidationError as e:
+                problems.append(f"{at}: {str(e.errors()[0]['msg']).removeprefix('Value error, ')}")
+
+
+def parse_sweep(doc: object, *, source: str = "sweep") -> SweepSpec:
+    """A parsed YAML document -> :class:`SweepSpec`; every problem names its field path."""
+    if not isinstance(doc, dict):
+        raise SweepError([f"{source}: a Sweep document is a mapping (apiVersion, kind, metadata, spec)"])
+    try:
+        sweep = SweepSpec.model_validate(doc)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors()[:10]:
+            loc = format_loc(tuple(p if isinstance(p, int) else str(p) for p in err["loc"]))
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            fix = {"apiVersion": f" (fix: apiVersion: {API_VERSION})", "kind": " (fix: kind: Sweep)"}.get(loc, "")
+            if loc == "metadata.name":
+                fix = " (fix: lower-case letters, digits and '-', at most 63)"
+            lines.append(f"{source}: {loc}: {msg}{fix}")
+        raise SweepError(lines) from None
+    problems: list[str] = []
+    _check_options("spec.base", sweep.spec.base, problems)
+    _check_options("spec.grid", sweep.spec.grid, problems, lists=True)
+    for i, cell in enumerate(sweep.spec.cells):
+        _check_options(f"spec.cells[{i}]", cell, problems)
+    axes = [v for v in sweep.spec.grid.values() if isinstance(v, list)]
+    size = math.prod(len(v) for v in axes) * max(1, len(sweep.spec.cells))
+    if size > MAX_CELLS:
+        problems.append(f"spec.grid: {size:,} cells is more than {MAX_CELLS:,} (fix: split the sweep)")
+    if problems:
+        raise SweepError([f"{source}: {p}" for p in problems])
+    try:
+        cells = sweep.expand()
+    except SweepError as e:
+        raise SweepError([f"{source}: {p}" for p in e.problems]) from None
+    baseline = sweep.spec.compare.baseline
+    if baseline is not None and baseline not in {c.policy for c in cells}:
+        raise SweepError([f"{source}: spec.compare.baseline: {baseline!r} is no policy of the sweep's cells"])
+    return sweep
+
+
+def load_sweep(path: Path) -> SweepSpec:
+    """Read and validate a sweep file; a missing, huge or non-YAML file is one line naming it."""
+    import yaml
+
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise SweepError([f"{path}: larger than {MAX_FILE_BYTES:,} bytes; a sweep document is small"])
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise SweepError([f"{path}: cannot read it ({why})"]) from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SweepError([f"{path}: not YAML ({' '.join(str(e).split())[:200]})"]) from None
+    return parse_sweep(doc, source=str(path))

@@ -1,0 +1,104 @@
+"""The Sweep document: every bad field is one line naming its path and a fix; the grid expands to the
+cartesian product (crossed with explicit cells); a cell's key is stable and changes with what it runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.sweep.helpers import doc
+
+from rackscale.sweep import SweepError, load_sweep, parse_sweep
+from rackscale.sweep.cells import cell_key
+from rackscale.sweep.spec import CellOptions
+
+BAD: list[tuple[Any, str]] = [
+    ([1, 2], "a Sweep document is a mapping"),
+    ({**doc(), "apiVersion": "v2"}, "apiVersion: Input should be 'rackscale.io/v1' (fix: apiVersion: rackscale.io/v1)"),
+    ({**doc(), "kind": "Job"}, "kind: Input should be 'Sweep' (fix: kind: Sweep)"),
+    ({**doc(), "metadata": {"name": "Bad Name!"}}, "metadata.name: String should match pattern"),
+    ({**doc(), "extra": 1}, "extra: Extra inputs are not permitted"),
+    (doc(base={"rack": 2}), "spec.base.rack: unknown option (fix: did you mean 'racks'?"),
+    (doc(grid={"policy": ["rackscale", "nope"]}), "spec.grid.policy[1]: unknown policy 'nope'; choose one of: "),
+    (doc(grid={"seed": 3}), "spec.grid.seed: a grid axis is a non-empty list of values (fix: seed: [a, b])"),
+    (doc(grid={"seed": []}), "spec.grid.seed: a grid axis is a non-empty list"),
+    (doc(grid={"seed": [0, -1]}), "spec.grid.seed[1]: Input should be greater than or equal to 0"),
+    (doc(grid={"arrival_scale": [1, "x"]}), "spec.grid.arrival_scale[1]: Input should be a valid number"),
+    (doc(base={"racks": 0}), "spec.base.racks: Input should be greater than or equal to 1"),
+    (doc(base={"maintenance": ["r000 at 2h"]}), "spec.base.maintenance: 'r000 at 2h': "),
+    (doc(base={"start_time": "yesterday"}), "spec.base.start_time: "),
+    (doc(base={"trace": "philly"}), "spec.base.trace: expected FORMAT:PATH"),
+    (doc(base={"racks": 2, "cluster": "c.yaml"}), "spec with racks=2, cluster='c.yaml': give either cluster or racks"),
+    (doc(cells=[{}, {"trace": "philly:a", "jobs_file": "b"}]), "spec.cells[1] with "),
+    (doc(cells=[{"polcy": "x"}]), "spec.cells[0].polcy: unknown option (fix: did you mean 'policy'?"),
+    (doc(compare={"kpis": ["mean_jct"]}), "spec.compare.kpis: unknown KPI 'mean_jct'; did you mean 'mean_jct_s'?"),
+    (doc(compare={"baseline": "tiresias"}), "spec.compare.baseline: 'tiresias' is no policy of the sweep's cells"),
+    (doc(grid={"seed": list(range(1000)), "jobs": list(range(1, 1000))}), "spec.grid: 999,000 cells is more than"),
+]
+IDS = [
+    "not-a-mapping", "api-version", "kind", "name-pattern", "unknown-top-key", "unknown-option-typo",
+    "unknown-policy-in-grid", "axis-not-a-list", "axis-empty", "negative-seed", "non-number", "zero-racks",
+    "bad-maintenance", "bad-start-time", "trace-without-path", "cluster-and-racks", "trace-and-jobs-file",
+    "cell-option-typo", "unknown-kpi", "baseline-not-swept", "grid-too-large",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("document", "expected"), BAD, ids=IDS)
+def test_bad_document_names_the_field(document: Any, expected: str) -> None:
+    with pytest.raises(SweepError) as e:
+        parse_sweep(document, source="s.yaml")
+    first = str(e.value).splitlines()[0]
+    assert first.startswith("s.yaml: ")
+    assert expected in first, first
+    assert "Traceback" not in str(e.value) and "pydantic" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [(b"a: [1", "not YAML"), (b"\xff\xfe\x00bad", "cannot read it"), (b"x" * (1 << 20 + 1), "larger than")],
+    ids=["not-yaml", "not-utf8", "huge"],
+)
+def test_bad_file_is_one_line(tmp_path: Path, content: bytes, expected: str) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_bytes(content)
+    with pytest.raises(SweepError, match=expected):
+        load_sweep(f)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(SweepError, match=r"nope.yaml: cannot read it \(No such file"):
+        load_sweep(Path("nope.yaml"))
+
+
+def test_grid_is_the_cartesian_product_crossed_with_cells() -> None:
+    spec = parse_sweep(
+        doc(grid={"policy": ["rackscale", "first-fit"], "seed": [0, 1, 2]}, cells=[{"racks": 1}, {"racks": 2}])
+    )
+    cells = spec.expand()
+    got = [(c.racks, c.policy, c.seed) for c in cells]
+    assert got == [(r, p, s) for r in (1, 2) for p in ("rackscale", "first-fit") for s in (0, 1, 2)]
+    assert all(c.jobs == 30 and c.duration_h == 2.0 for c in cells)  # the base reaches every cell
+
+
+def test_a_repeated_grid_value_is_one_cell() -> None:
+    assert len(parse_sweep(doc(grid={"seed": [0, 0, 1]})).expand()) == 2
+
+
+def test_key_is_stable_and_sensitive(tmp_path: Path) -> None:
+    a = CellOptions(racks=1, jobs=30, seed=0)
+    assert cell_key(a) == cell_key(CellOptions(seed=0, jobs=30, racks=1))  # field order does not matter
+    assert cell_key(a) == cell_key(CellOptions(racks=1, jobs=30, seed=0, policy="rackscale"))  # a default, spelt
+    others = [CellOptions(racks=1, jobs=30, seed=1), CellOptions(racks=2, jobs=30), CellOptions(racks=1, jobs=31)]
+    assert len({cell_key(a), *(cell_key(o) for o in others)}) == 4
+    assert cell_key(a, version="0.1.0") != cell_key(a, version="0.2.0")
+    trace = tmp_path / "t.csv"
+    trace.write_text("a\n")
+    t = CellOptions(trace=f"csv:{trace}")
+    before = cell_key(t)
+    trace.write_text("ab\n")  # another size
+    assert cell_key(t) != before
+    again = cell_key(t)
+    os.utime(trace, ns=(1, 1))  # the same size, another mtime
+    assert cell_key(t) != again
