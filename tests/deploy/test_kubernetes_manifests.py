@@ -582,13 +582,17 @@ def test_scheduler_deployment() -> None:
 
 def test_service_statefulset() -> None:
     sts = one("StatefulSet", "rackscale")
-    assert sts["spec"]["replicas"] == 1  # SQLite: one writer
+    assert sts["spec"]["replicas"] == 2  # highly available on PostgreSQL: one leads (docs/high-availability.md)
     _non_root(sts)
     pod = pod_spec(sts)
     (container,) = pod["containers"]
     args = container["args"]
     assert args[0] == "serve"
     assert {"--host=0.0.0.0", "--tokens=/etc/rackscale/tokens.yaml", "--data-dir=/var/lib/rackscale"} <= set(args)
+    assert {"--db-url=$(RACKSCALE_DB_URL)", "--replica-id=$(POD_NAME)"} <= set(args)  # one id per pod
+    env = {e["name"]: e["valueFrom"] for e in container["env"]}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["RACKSCALE_DB_URL"]["secretKeyRef"]["name"] == "rackscale-db"
     assert {p["path"] for p in (container["livenessProbe"]["httpGet"], container["readinessProbe"]["httpGet"])} == {
         "/healthz",
         "/readyz",

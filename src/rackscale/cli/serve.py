@@ -148,6 +148,31 @@ def serve(
         list[str] | None,
         typer.Option("--storage-include", metavar="FOLDER", help="Folders managed besides checkpoints/ (repeatable)."),
     ] = None,
+    ha: Annotated[
+        bool,
+        typer.Option(
+            "--ha",
+            help="Run as one replica of a highly available service on a PostgreSQL --db-url: one replica leads "
+            "(the cycle, the backend), the others serve and take submissions (docs/high-availability.md).",
+        ),
+    ] = False,
+    replica_id: Annotated[
+        str | None,
+        typer.Option(
+            "--replica-id",
+            metavar="ID",
+            help="This replica's name in the election (implies --ha; default: the host name).",
+        ),
+    ] = None,
+    lease_seconds: Annotated[
+        float,
+        typer.Option(
+            "--lease-seconds",
+            help="--ha: how long a leader's lease lasts (a standby takes over this long after the leader dies).",
+            min=1.0,
+            max=600.0,
+        ),
+    ] = 5.0,
     init: Annotated[
         bool,
         typer.Option(
@@ -168,6 +193,8 @@ def serve(
       rackscale serve --backend local --run-as rackscale-job --max-log-bytes 16777216
       rackscale serve --backend local --health-command '/usr/local/bin/gpu-check --quick'
       rackscale serve --prometheus-url http://127.0.0.1:9090   # services scale on their autoscale.query
+      rackscale serve --db-url postgresql+psycopg://rackscale@db/rackscale --replica-id a --tokens tokens.yaml
+          # one of several replicas: the first to take the lease leads (docs/high-availability.md)
       rackscale serve --storage-lifecycle storage-lifecycle.yaml --tier hot=/nvme/hot --tier warm=/ssd/warm \
           --tier cold=/hdd/cold --storage-every 1h   # checkpoints move hot -> warm -> cold by age
 
@@ -248,6 +275,9 @@ def serve(
         init_store=init,
         prometheus_url=prometheus_url,
         storage=storage,
+        ha=ha,
+        replica_id=replica_id,
+        lease_seconds=lease_seconds,
     )
     umask = os.umask(0o077)  # the store, the generated token and logs: readable by the service user only
     try:
@@ -266,10 +296,14 @@ def serve(
             highlight=False,
         )
     r = svc.recovered
+    recovered = (
+        f"replica {svc.ha.elector.replica}: recovers the store when it takes the lease"
+        if svc.ha is not None
+        else f"recovered {r['running']} running, {r['pending']} pending"
+    )
     err_console.print(
         f"rackscale serving {svc.ctx.runner.live.cluster.name} ({svc.ctx.runner.live.cluster.total_gpus} GPUs, "
-        f"backend {svc.ctx.backend}) on {url}  data: {data_dir}  "
-        f"recovered {r['running']} running, {r['pending']} pending",
+        f"backend {svc.ctx.backend}) on {url}  data: {data_dir}  {recovered}",
         highlight=False,
     )
     token_file = None

@@ -84,8 +84,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     if ctx.allowed_hosts is not None:
         app.add_middleware(RequestGuard, hosts=ctx.allowed_hosts)
     app.state.ctx = ctx
-    live = ctx.runner.live
-    cluster = live.cluster
+    cluster = ctx.runner.live.cluster  # the spec: the same for every live model a replica builds (HA takeovers)
 
     @app.exception_handler(HttpProblem)
     async def _api_error(_req: Request, exc: HttpProblem) -> JSONResponse:
@@ -123,7 +122,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
 
     def job_view(row: Any, now: float, earlier: tuple[int, list[Any]] | None = None) -> JobOut:
         # Only the active run (the latest) has a live reason: an earlier run of the name keeps its own.
-        why = live.why.get(row.name) if row.status in ACTIVE else None
+        why = ctx.runner.live.why.get(row.name) if row.status in ACTIVE else None  # today's model (HA: rebuilt)
         return job_out(cluster, row, why=why, now=now, earlier=earlier)
 
     RunQuery = Annotated[

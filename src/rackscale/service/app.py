@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 
 from rackscale.backends.base import Backend
 from rackscale.model.errors import RackscaleError
@@ -16,6 +16,7 @@ from rackscale.service.api import DEFAULT_MAX_BODY, ServiceContext, create_app
 from rackscale.service.auth import TokenTable, generated_admin_token
 from rackscale.service.clock import ServiceClock
 from rackscale.service.guard import allowed_hosts, is_loopback
+from rackscale.service.leader import Elector, HighAvailability, LeaderCollector, LeaseTiming, Role
 from rackscale.service.live import LiveCluster
 from rackscale.service.load_signal import LiveAutoscaler, PrometheusSource
 from rackscale.service.metrics import Metrics
@@ -56,6 +57,10 @@ class ServiceConfig:
     init_store: bool = False  # replace an empty or corrupt store instead of refusing to start
     prometheus_url: str | None = None  # where services' autoscale.query is read (None: they hold their size)
     storage: StorageTaskConfig | None = None  # the periodic storage lifecycle (docs/storage.md)
+    # High availability (docs/high-availability.md): replicas on one PostgreSQL, one leading at a time.
+    ha: bool = False
+    replica_id: str | None = None  # default: the host name (a StatefulSet's pod name)
+    lease_seconds: float = 5.0
 
 
 @dataclass(slots=True)
@@ -66,10 +71,13 @@ class Service:
     recovered: dict[str, int]
     admin_token: str | None = None  # the generated one (no token file, auth on); None otherwise
     storage_task: StorageTask | None = None
+    ha: HighAvailability | None = None
 
     def close(self) -> None:
         if self.storage_task is not None:
             self.storage_task.stop()
+        if self.ha is not None:
+            self.ha.stop()  # releases the lease: a standby takes over at its next try
         self.ctx.runner.stop()
         self.ctx.store.close()
 
@@ -209,7 +217,15 @@ def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
     storage_task = StorageTask(config.storage) if config.storage is not None else None
     if storage_task is not None:
         metrics.registry.register(StorageCollector(storage_task))
-    recovered = runner.recover()
+    try:
+        ha = _high_availability(config, store, runner, cluster)
+    except ServiceConfigError:
+        backend.close()
+        store.close()
+        raise
+    if ha is not None:
+        metrics.registry.register(LeaderCollector(ha))
+    recovered = runner.recover() if ha is None else {}  # a replica recovers when it takes the lease
     admin_token: str | None = None
     if tokens is None and not config.no_auth:
         # Safe by default: no request may change anything without this token (Jupyter's way).
@@ -226,8 +242,59 @@ def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
         docs=config.docs,
     )
     app = create_app(ctx)
+    _mount_leader(app, ctx, ha)
+    if ha is not None:
+        from rackscale.service.nodes_api import restore_holds
+
+        ha.on_promote = lambda: restore_holds(ctx)  # holds put through any replica, read from the store
     if start:
-        runner.start()
+        if ha is not None:
+            ha.start()
+        else:
+            runner.start()
         if storage_task is not None:
             storage_task.start()
-    return Service(config, app, ctx, recovered, admin_token, storage_task)
+    return Service(config, app, ctx, recovered, admin_token, storage_task, ha)
+
+
+def _high_availability(
+    config: ServiceConfig, store: Store, runner: Runner, cluster: GPUCluster
+) -> HighAvailability | None:
+    """The election of a replica (``--ha`` or ``--replica-id``), None for a single service."""
+    from rackscale.service.store.lease import supports_lease
+
+    if not config.ha and config.replica_id is None:
+        return None
+    if not supports_lease(store.engine):
+        raise ServiceConfigError(
+            "--ha needs a PostgreSQL store (--db-url postgresql+psycopg://...): a SQLite store has one writer, "
+            "so one replica (docs/high-availability.md)"
+        )
+    if not 1.0 <= config.lease_seconds <= 600.0:
+        raise ServiceConfigError(f"--lease-seconds must be between 1 and 600 (got {config.lease_seconds})")
+    import socket
+
+    replica = config.replica_id or socket.gethostname()
+    if not replica or len(replica) > 253:
+        raise ServiceConfigError(f"--replica-id must be 1 to 253 characters (got {replica!r})")
+    timing = LeaseTiming(lease_s=config.lease_seconds, renew_s=max(0.2, config.lease_seconds / 5))
+    elector = Elector(store.engine, replica=replica, timing=timing)
+    return HighAvailability(
+        store=store,
+        runner=runner,
+        elector=elector,
+        speed=config.speed,
+        new_live=lambda: LiveCluster(cluster, policy=config.policy),
+    )
+
+
+def _mount_leader(app: FastAPI, ctx: ServiceContext, ha: HighAvailability | None) -> None:
+    """``GET /v1/leader``: this replica's role, who leads and at which generation (a single service: itself)."""
+    from rackscale.service.context import authenticate  # (Request: at module level, for FastAPI's annotations)
+
+    @app.get("/v1/leader", include_in_schema=False)
+    async def leader(request: Request) -> dict[str, object]:
+        authenticate(ctx, request.headers.get("authorization"))
+        if ha is None:
+            return {"replica": None, "role": Role.LEADER.value, "holder": None, "generation": None}
+        return ha.status()

@@ -33,10 +33,23 @@ from rackscale.model.workload import JobSpec
 from rackscale.service.clock import ServiceClock
 from rackscale.service.live import CANCELLED, FAILED, PREEMPTED, RESIZED, SCHEDULED, Change, LiveCluster
 from rackscale.service.load_signal import LiveAutoscaler
+from rackscale.service.pickup import Picked, StorePickup
 from rackscale.service.schedules_store import ScheduleKeeper, ScheduleOrder
 from rackscale.service.store import PENDING, RUNNING, JobRow, Store, StoreUnavailable
+from rackscale.service.store.lease import Fenced
 
 log = logging.getLogger("rackscale.service")
+
+
+class LeaderGuard(Protocol):
+    """The lease of a highly available service (rackscale.service.leader): the generation a leader's writes
+    carry, and whether it may act now (its lease renewed within the renew deadline, on its own monotonic
+    clock: no I/O, asked before every backend action)."""
+
+    @property
+    def generation(self) -> int | None: ...
+
+    def acting(self) -> bool: ...
 
 
 class CycleObserver(Protocol):
@@ -129,6 +142,15 @@ class Runner:
         self._held: dict[str, Exit] = {}
         # Scheduled scaling (rackscale.service.schedules_store): the API puts, the runner fires each step.
         self.schedules = ScheduleKeeper(store)
+        # A highly available service (rackscale.service.leader) sets these: the lease every commit and
+        # backend action is fenced by, the pick-up of what other replicas' APIs committed, whether this
+        # replica leads (a standby's inbox takes nothing: the store has it, the leader picks it up).
+        self.guard: LeaderGuard | None = None
+        self.pickup: StorePickup | None = None
+        self.leading = True
+        self.fenced: str | None = None  # why a commit was refused by the lease (then this replica stops)
+        self.refused = 0  # backend actions not taken: the lease was no longer this replica's
+        self.last_action: float | None = None  # wall clock (time.time) of the last backend action taken
 
     @property
     def problem(self) -> str | None:
@@ -139,11 +161,15 @@ class Runner:
     # ------------------------------------------------------------------ from the API (any thread)
     def submitted(self, spec: JobSpec, run: int = 0) -> None:
         """A job the store has committed, as its run ``run`` (its seq; 0: unknown)."""
+        if not self.leading:
+            return
         self._inbox.append(Submitted(spec, run))
         self._wake.set()
 
     def cancelled(self, name: str, run: int = 0) -> None:
         """The store has cancelled ``name``'s run ``run`` (0: whichever is here)."""
+        if not self.leading:
+            return
         self._inbox.append(Cancelled(name, run))
         self._wake.set()
 
@@ -195,14 +221,54 @@ class Runner:
         exits = self.backend.adopt(running, now)
         changes = broken + self._stamped([c for e in exits if (c := self._exit(e, now)) is not None])
         try:
-            self.store.apply(changes)
+            self.store.apply(changes, generation=self._generation)
         except StoreUnavailable as e:  # start unhealthy: the first step commits them once the store can
             self._unsaved = _Unsaved(changes, None, time.monotonic())
             self.unhealthy = str(e)
             log.error("%s; %d change(s) from the recovery kept in memory until it can", e, len(changes))
         return counts
 
+    def take_over(self, live: LiveCluster, clock: ServiceClock) -> dict[str, int]:
+        """A standby that won the lease: start from the store, as a restart does (``recover``), on a new live
+        cluster (what this replica knew when it last led is stale) and the clock resumed from the leader's."""
+        with self._stepping, self.lock:
+            self.live, self.clock = live, clock
+            self._inbox = deque(m for m in self._inbox if isinstance(m, HoldOrder | ScheduleOrder))
+            self._runs.clear()
+            self._unsaved, self.unhealthy, self.fenced = None, None, None
+            self._start_failures, self._stops = [], []
+            self._warned.clear()
+            self._held.clear()
+            self._reports = self._loads = None
+            self.leading = True
+            return self.recover()
+
+    def halt(self) -> None:
+        """Stop stepping (a leader that lost its lease), leaving the backend as it is: what runs there goes
+        on, and the new leader adopts it."""
+        self.leading = False
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        self._thread = None
+
+    @property
+    def _generation(self) -> int | None:
+        return self.guard.generation if self.guard is not None else None
+
+    def _may_act(self, what: str, job: str) -> bool:
+        """Whether a backend action may go out now: never once the lease may have passed to another replica
+        (a paused leader that wakes up), nor after a commit the lease refused."""
+        if self.guard is None or (self.fenced is None and self.guard.acting()):
+            self.last_action = time.time()
+            return True
+        self.refused += 1
+        log.warning("not leading any more: %s of %s not sent to the %s backend", what, job, self.backend.name)
+        return False
+
     def start(self) -> None:
+        self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="rackscale-runner", daemon=True)
         self._thread.start()
 
@@ -232,6 +298,8 @@ class Runner:
         """One step; returns the changes it committed (none while the store cannot commit)."""
         done: list[tuple[float | None, list[Change]]] = []
         with self._stepping:
+            if self.guard is not None and (self.fenced is not None or not self.guard.acting()):
+                return []  # the lease may be another replica's: nothing more from here
             now = self.clock.now()
             if self._unsaved is not None:  # a step whose commit failed: commit it first, or do nothing else
                 kept = self._unsaved
@@ -246,7 +314,10 @@ class Runner:
             exits = self._held_back(exits)
             self._reports = self._health(now)  # after the poll: a node that failed a job is down in it
             self._loads = self.autoscaler.read(self.live, now)  # Prometheus I/O: outside the lock too
+            picked = self.pickup.read() if self.pickup is not None and self.pickup.due() else None  # store I/O
             with self.lock:  # the memory and the store change together, as readers see them
+                if picked is not None:
+                    self._picked(picked, now)
                 changes = self._work(now, exits)
                 seconds = self._cycle_seconds
                 self._unsaved = _Unsaved(changes, seconds, time.monotonic())
@@ -305,6 +376,8 @@ class Runner:
                 if h.deadline is not None and job in self.live.state.node_jobs[n]
             ]
             self._warned.add(job)
+            if not self._may_act("warn", job):
+                return
             try:
                 if not warn(self.backend, job, now=now, grace_s=max(0.0, min(ends, default=now) - now)):
                     return  # a backend that cannot send it (the simulated one): nothing to do for any job
@@ -329,7 +402,12 @@ class Runner:
         kept = self._unsaved
         assert kept is not None
         try:
-            rejected = self.store.apply(kept.changes)
+            rejected = self.store.apply(kept.changes, generation=self._generation)
+        except Fenced as e:  # another replica leads: these changes are its to decide, never to be made here
+            self.fenced = str(e)
+            self._unsaved = None
+            log.error("%s: %d change(s) dropped, this replica stops leading", e, len(kept.changes))
+            return None
         except Exception as e:
             why = str(e) if isinstance(e, StoreUnavailable) else f"the store refused a commit: {type(e).__name__}: {e}"
             if self.unhealthy is None:
@@ -389,6 +467,25 @@ class Runner:
         self._cycle_seconds = time.perf_counter() - t0 if self.live.kpi.cycles != before else None
         return self._stamped(changes)
 
+    def _picked(self, picked: Picked, now: float) -> None:
+        """What other replicas' APIs committed (service/pickup.py), before this step's inbox: a run not known
+        here is submitted, a cancelled run known here dropped."""
+        for row in picked.pending:
+            if self._runs.get(row.name) == row.seq or row.corrupt is not None:
+                continue  # known (or the inbox's), or unreadable: recovery fails such a row at the next start
+            try:
+                spec = spec_of(row)
+            except SpecError as e:
+                log.error("picked-up job %s does not load: %s", row.name, e)
+                continue
+            if row.name in self.live.specs:
+                self._drop(row.name, now)  # an earlier run of the name, ended in the store meanwhile
+            self.live.submit(admitted(self.backend, spec))
+            self._runs[row.name] = row.seq
+        for name, run in picked.cancels:
+            if run is not None and self._runs.get(name) == run:
+                self._drop(name, now)
+
     def _drop(self, name: str, now: float) -> None:
         """Forget a job the store has cancelled (no change to commit: the store says so already); a running
         one is stopped on the backend once the step leaves the lock."""
@@ -421,6 +518,8 @@ class Runner:
                 continue
             if ch.type == SCHEDULED and ch.placement is not None:
                 spec = self.live.specs[ch.job]
+                if not self._may_act("start", ch.job):
+                    continue
                 try:
                     self.backend.start(spec, ch.placement, now=now)
                 except Exception as e:  # this job's failure (fed as its exit next step), not the cycle's
@@ -431,6 +530,8 @@ class Runner:
             elif ch.type == PREEMPTED:
                 self._stop_job(ch.job, now)
             elif ch.type == RESIZED and ch.placement is not None:
+                if not self._may_act("resize", ch.job):
+                    continue
                 try:
                     resize(self.backend, self.live.specs[ch.job], ch.placement, now=now)
                 except Exception as e:  # as a failed start: the job's failure, fed as its exit next step
@@ -440,6 +541,8 @@ class Runner:
                     self._start_failures.append(Exit(ch.job, False, None, why))
 
     def _stop_job(self, job: str, now: float) -> None:
+        if not self._may_act("stop", job):
+            return
         try:
             self.backend.stop(job, now=now)
         except Exception as e:
@@ -456,4 +559,4 @@ def spec_of(row: JobRow) -> JobSpec:
     return replace(spec, name=row.name, queue=row.queue, submit_time=row.submitted)
 
 
-__all__ = ["CANCELLED", "CycleObserver", "Runner", "spec_of"]
+__all__ = ["CANCELLED", "CycleObserver", "LeaderGuard", "Runner", "spec_of"]

@@ -21,6 +21,7 @@ from rackscale.service.phase import ACTIVE, JobPhase
 from rackscale.service.store.changes import apply_changes
 from rackscale.service.store.faults import StoreUnavailable
 from rackscale.service.store.files import store_location
+from rackscale.service.store.lease import check_fence
 from rackscale.service.store.migrate import migrate_store
 from rackscale.service.store.reads import StoreReads
 from rackscale.service.store.rows import JobRow, job_row
@@ -114,13 +115,21 @@ class Store(StoreWriter, StoreReads):
         got: JobRow | None = self._call(lambda c: self._cancel(c, name, now))
         return got
 
-    def apply(self, changes: Sequence[Change]) -> set[str]:
+    def apply(self, changes: Sequence[Change], *, generation: int | None = None) -> set[str]:
         """Commit a cycle's changes in one transaction; return the jobs whose change did not apply (their
         status moved meanwhile, e.g. cancelled between the decision and this commit). Raises StoreUnavailable
-        when the store cannot write (then nothing of it was committed)."""
+        when the store cannot write (then nothing of it was committed). ``generation``: the leader lease's
+        generation the writer leads at (a highly available service); the transaction is refused with
+        ``Fenced`` unless the lease is still there (store/lease.py)."""
         if not changes:
             return set()
-        rejected: set[str] = self._call(lambda c: apply_changes(c, changes))
+
+        def run(c: Connection) -> set[str]:
+            if generation is not None:
+                check_fence(c, generation)
+            return apply_changes(c, changes)
+
+        rejected: set[str] = self._call(run)
         return rejected
 
     def set_meta(self, key: str, value: str) -> None:

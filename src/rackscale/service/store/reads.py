@@ -100,6 +100,21 @@ class StoreReads:
             rows.append(EventRow(0, name, run, job["submitted"], "submitted", "Submitted", f"queued in {job['queue']}"))
         return rows[::-1]
 
+    def cancels_since(self, after_id: int, *, limit: int = 10_000) -> list[tuple[int, str, int | None]]:
+        """The cancellations logged after event ``after_id``, oldest first: (event id, job, run). A leader
+        picks up this way the cancels another replica's API committed (service/pickup.py)."""
+        q = (
+            select(events.c.id, events.c.job, events.c.run)
+            .where(and_(events.c.id > after_id, events.c.type == JobPhase.CANCELLED.value))
+            .order_by(events.c.id)
+            .limit(limit)
+        )
+        return [(int(m["id"]), fixed_text(m["job"]), m["run"]) for m in self._fetch(q)]
+
+    def last_event_id(self) -> int:
+        with self.reader.connect() as c:
+            return int(c.execute(select(func.max(events.c.id))).scalar_one_or_none() or 0)
+
     def count_by_queue(self, statuses: Iterable[str]) -> dict[str, dict[str, int]]:
         """Jobs per queue and status (one aggregate query: no row is loaded)."""
         q = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text, insert, select, text
+from sqlalchemy import Column, DateTime, Float, Index, Integer, MetaData, String, Table, Text, insert, select, text
 
 from rackscale.service.phase import ACTIVE
 
@@ -58,6 +58,17 @@ events = Table(
     Index("ix_events_run", "run", "id"),
 )
 meta = Table("meta", metadata, Column("key", String(64), primary_key=True), Column("value", Text, nullable=False))
+# The leader lease of a highly available service (store/lease.py): one row per election, on PostgreSQL only.
+leader_lease = Table(
+    "leader_lease",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("holder", String(253), nullable=False),  # the replica id ('' once released)
+    Column("generation", Integer, nullable=False),  # + 1 at every takeover: the fence of every leader write
+    Column("renewed_at", DateTime(timezone=True), nullable=False),  # the database's clock
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("service_time", Float),  # the leader's service clock at that renewal
+)
 
 
 INSERT_RETURNING = insert(jobs).returning(jobs.c.name, jobs.c.seq)

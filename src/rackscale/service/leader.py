@@ -1,0 +1,237 @@
+"""A highly available service: several ``rackscale serve`` replicas on one PostgreSQL, one leading
+(docs/high-availability.md). The leader runs the runner (the cycle, the backend); standbys serve reads and
+take submissions and cancellations into the store, which the leader picks up (service/pickup.py).
+
+The election is the lease row of store/lease.py, in client-go leaderelection's terms
+(``rackscale.kube.leader`` does the same on a Kubernetes Lease): a lease duration (5 s), a retry period
+(1 s: every replica tries to take or renew the lease this often) and a renew deadline (2/3 of the lease):
+a leader that has not renewed for that long on its own monotonic clock stops acting at once, before the
+lease can have expired for anyone else. Unlike a Kubernetes Lease, expiry is judged on one clock, the
+database's; a takeover increments the generation, which every commit of a leader carries (the fence).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy.engine import Engine
+
+from rackscale.service.clock import ServiceClock
+from rackscale.service.live import LiveCluster
+from rackscale.service.pickup import StorePickup
+from rackscale.service.runner import Runner
+from rackscale.service.store import Store
+from rackscale.service.store.lease import read_lease, release, take_or_renew
+
+log = logging.getLogger("rackscale.service.leader")
+
+
+class Role(StrEnum):
+    LEADER = "leader"
+    STANDBY = "standby"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseTiming:
+    lease_s: float = 5.0  # how long a renewal holds the lease for (the database's clock)
+    renew_s: float = 1.0  # how often every replica tries to take or renew it (client-go's retry period)
+    deadline_s: float | None = None  # a leader stops acting this long after its last renewal (default 2/3)
+
+    @property
+    def renew_deadline_s(self) -> float:
+        return self.deadline_s if self.deadline_s is not None else self.lease_s * 2 / 3
+
+
+class Elector:
+    """Call :meth:`tick` every ``renew_s``. ``generation``: the lease's generation this replica last held
+    (its commits carry it); :meth:`acting`: whether it may act now (no I/O: asked before every action)."""
+
+    def __init__(
+        self, engine: Engine, *, replica: str, timing: LeaseTiming, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.engine, self.replica, self.timing, self.clock = engine, replica, timing, clock
+        self._generation: int | None = None
+        self._renewed_at = -float("inf")  # our clock when the last successful renewal was *sent*
+        self.terms = 0  # times this replica took the lease
+
+    @property
+    def generation(self) -> int | None:
+        return self._generation
+
+    def acting(self) -> bool:
+        return self._generation is not None and self.clock() - self._renewed_at < self.timing.renew_deadline_s
+
+    def tick(self, *, service_time: float) -> bool:
+        """Take or renew the lease; whether this replica may act as the leader now."""
+        sent = self.clock()  # before the statement: the database's expiry is later than this, never earlier
+        held = self._generation if self.acting() else None  # past the deadline: a new term or none
+        try:
+            got = take_or_renew(
+                self.engine, me=self.replica, generation=held, ttl_s=self.timing.lease_s, service_time=service_time
+            )
+        except Exception as e:  # the database is down or slow: the deadline decides, as for a Kubernetes Lease
+            log.warning("lease: %s: %s", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            return self.acting()
+        if got is None:
+            self._generation = None
+            return False
+        if got != held:
+            self.terms += 1
+            log.warning("%s leads at generation %d", self.replica, got)
+        self._generation, self._renewed_at = got, sent
+        return True
+
+    def resign(self) -> None:
+        """Stop leading, and give the lease up so that a standby need not wait for it to expire."""
+        gen, self._generation = self._generation, None
+        if gen is not None:
+            try:
+                release(self.engine, me=self.replica, generation=gen)
+            except Exception as e:
+                log.warning("lease: could not release generation %d: %s", gen, e)
+
+
+class HighAvailability:
+    """The replica's role, driven by the elector on a thread of its own."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        runner: Runner,
+        elector: Elector,
+        speed: float,
+        new_live: Callable[[], LiveCluster],
+        on_promote: Callable[[], object] = lambda: None,
+    ) -> None:
+        self.store, self.runner, self.elector, self.speed = store, runner, elector, speed
+        self.new_live, self.on_promote = new_live, on_promote
+        self.role = Role.STANDBY
+        self.holder: str | None = None
+        self.since = time.time()  # wall clock of the last change of role
+        self.recovered: dict[str, int] = {}
+        self._led = False  # whether this process led before (then its live cluster is stale)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        runner.guard, runner.leading = elector, False
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="rackscale-leader", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """A clean shutdown: stop leading and release the lease (a standby takes over at its next try)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self.role == Role.LEADER:
+            self.runner.halt()
+        self.elector.resign()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception as e:  # a bug must not end the election: say it, go on (the deadline guards)
+                log.exception("leader election step failed: %s", e)
+            self._stop.wait(self.elector.timing.renew_s)
+
+    def tick(self) -> None:
+        leads = self.elector.tick(service_time=self.runner.clock.now())
+        if self.role == Role.LEADER and (not leads or self.runner.fenced is not None):
+            self._demote(self.runner.fenced or "the lease was not renewed in time")
+        elif self.role == Role.STANDBY and leads:
+            self._promote()
+        if self.role == Role.STANDBY:
+            self._follow()
+        else:
+            self.holder = self.elector.replica
+
+    def _promote(self) -> None:
+        t0 = time.monotonic()
+        try:
+            resume = max(self.store.latest_time() or 0.0, self.runner.clock.now())
+            live = self.new_live() if self._led else self.runner.live
+            self.runner.pickup = StorePickup(self.store)
+            self.recovered = self.runner.take_over(live, ServiceClock(speed=self.speed, resume_from=resume))
+            self.on_promote()
+        except Exception as e:  # cannot lead (the store failed meanwhile): let another replica
+            log.exception("taking over failed (%s): giving the lease up", e)
+            self.runner.halt()
+            self.elector.resign()
+            return
+        if self.runner.fenced is not None:  # another replica took the lease while this one recovered
+            self._demote(self.runner.fenced)
+            return
+        self._led = True
+        self.role, self.since, self.holder = Role.LEADER, time.time(), self.elector.replica
+        self.runner.start()
+        log.warning(
+            "%s took over at generation %s in %.2f s: %s",
+            self.elector.replica,
+            self.elector.generation,
+            time.monotonic() - t0,
+            ", ".join(f"{n} {k}" for k, n in self.recovered.items()),
+        )
+
+    def _demote(self, why: str) -> None:
+        self.runner.halt()
+        self.elector.resign()  # nobody need wait for the expiry (a no-op once another took it)
+        self.role, self.since = Role.STANDBY, time.time()
+        log.error("%s stops leading: %s", self.elector.replica, why)
+
+    def _follow(self) -> None:
+        """A standby: who leads, and the leader's service clock (a submission here is stamped on it)."""
+        rec = read_lease(self.store.engine)
+        self.holder = rec.holder if rec is not None and rec.left_s > 0 and rec.holder else None
+        if rec is None or rec.service_time is None or self.holder is None:
+            return
+        leader_now = rec.service_time + (self.elector.timing.lease_s - rec.left_s) * self.speed
+        if abs(self.runner.clock.now() - leader_now) > self.speed * 0.5:
+            self.runner.clock = ServiceClock(speed=self.speed, resume_from=leader_now)
+
+    def status(self) -> dict[str, object]:
+        return {
+            "replica": self.elector.replica,
+            "role": self.role.value,
+            "holder": self.holder,
+            "generation": self.elector.generation,
+            "leaseSeconds": self.elector.timing.lease_s,
+            "since": self.since,
+            "terms": self.elector.terms,
+            "refusedActions": self.runner.refused,
+            "lastAction": self.runner.last_action,
+            "fenced": self.runner.fenced,
+        }
+
+
+class LeaderCollector(Collector):
+    """``rackscale_leader{replica}`` (1 leading, 0 standby), ``rackscale_leader_generation``, and the backend
+    actions refused because the lease was no longer this replica's."""
+
+    def __init__(self, ha: HighAvailability) -> None:
+        self.ha = ha
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        leading = GaugeMetricFamily("rackscale_leader", "1 if this replica leads, 0 if a standby.", labels=["replica"])
+        leading.add_metric([self.ha.elector.replica], 1.0 if self.ha.role == Role.LEADER else 0.0)
+        yield leading
+        gen = self.ha.elector.generation
+        yield GaugeMetricFamily(
+            "rackscale_leader_generation", "The lease generation this replica last held.", value=float(gen or 0)
+        )
+        yield CounterMetricFamily(
+            "rackscale_leader_refused_actions",
+            "Backend actions not sent: the lease was no longer this replica's.",
+            value=self.ha.runner.refused,
+        )
+
+
+__all__ = ["Elector", "HighAvailability", "LeaderCollector", "LeaseTiming", "Role"]
