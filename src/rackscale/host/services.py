@@ -36,6 +36,7 @@ from rackscale.host.changes import Change, ChangeKind
 from rackscale.host.kpis import KpiAccumulator
 from rackscale.host.perf import Layout, replica_tokens_per_s
 from rackscale.host.runs import JobRun
+from rackscale.host.serve_table import VECTOR_MIN, Row, ServeTable, build_table, serve_vector
 from rackscale.llm import jobs as llm_jobs
 from rackscale.llm.jobs import ReplicaServing
 from rackscale.model.placement import Placement
@@ -101,6 +102,9 @@ class ServicesMixin:
     _llm_replicas: dict[str, tuple[tuple[ReplicaServing, int], ...]]
 
     _live_scaling: _LiveScaling  # created on first use (the live autoscaler's memory)
+    _serve_version: int  # bumped whenever a service's capacity may have changed (``_rescale``)
+    _serve_cache: ServeTable  # the running services' constants for ``_serve`` (``serve_table``)
+    _serve_rows: dict[str, Row]  # each service's constants, reused by the next table while unchanged
 
     if TYPE_CHECKING:  # the host's
 
@@ -116,6 +120,7 @@ class ServicesMixin:
 
     def _rescale(self, r: JobRun, now: float) -> None:
         """Replicas changed (start or scale-up): recompute the service's capacity."""
+        self._serve_version = getattr(self, "_serve_version", 0) + 1  # the serving table is out of date
         rj = self.state.running.get(r.spec.name)
         if rj is None:
             return
@@ -261,6 +266,38 @@ class ServicesMixin:
                 self._rescale(r, 0.0)  # the replicas that remain may not be the ones that left
 
     def _serve(self, dt: float, t_mid: float) -> None:
+        """Add the interval's served demand, SLO weights and LLM user KPIs of every running service (in
+        name order): with many services, all at once in numpy (``serve_table``: the very same bits)."""
+        if len(self.serving_jobs) >= VECTOR_MIN:
+            table = self._serve_table()
+            if table.vector:
+                serve_vector(table, self.kpi, dt, t_mid)
+                return
+        self._serve_each(dt, t_mid)
+
+    def _serve_table(self) -> ServeTable:
+        """The services' constants, rebuilt when a service started, stopped or was rescaled since."""
+        version = getattr(self, "_serve_version", 0)
+        running = self.state.running
+        table: ServeTable | None = getattr(self, "_serve_cache", None)
+        if table is None or not table.fresh(version, len(self.serving_jobs), running):
+            table = self._serve_cache = build_table(
+                version=version,
+                names=sorted(self.serving_jobs),
+                runs=self.runs,
+                running=running,
+                profile_of=self._profile,
+                groups=getattr(self, "_llm_replicas", {}),
+                rows=self._serve_rows_cache(),
+            )
+        return table
+
+    def _serve_rows_cache(self) -> dict[str, Row]:
+        if not hasattr(self, "_serve_rows"):
+            self._serve_rows = {}
+        return self._serve_rows
+
+    def _serve_each(self, dt: float, t_mid: float) -> None:
         for name in sorted(self.serving_jobs):
             r = self.runs[name]
             prof = self._profile(r.spec)

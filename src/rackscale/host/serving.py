@@ -9,10 +9,16 @@ from rackscale.model.workload import ServingProfile
 DAY_S = 86_400.0
 
 
-def demand_tokens_per_s(profile: ServingProfile, t: float) -> float:
-    """Requested tokens per second at time ``t`` (seconds from the start of day 0)."""
+def daily_wave(peak_hour: float, t: float) -> float:
+    """The demand curve's shape at time ``t``: 1 at ``peak_hour``, 0 twelve hours off."""
     hour = (t % DAY_S) / 3600.0
-    wave = (1.0 + math.cos(2.0 * math.pi * (hour - profile.peak_hour) / 24.0)) / 2.0
+    return (1.0 + math.cos(2.0 * math.pi * (hour - peak_hour) / 24.0)) / 2.0
+
+
+def demand_tokens_per_s(profile: ServingProfile, t: float) -> float:
+    """Requested tokens per second at time ``t`` (seconds from the start of day 0). (``serve_table``
+    computes the same with the wave per distinct peak hour: keep the two expressions alike.)"""
+    wave = daily_wave(profile.peak_hour, t)
     return profile.peak_tokens_per_s * (profile.trough_fraction + (1.0 - profile.trough_fraction) * wave)
 
 
