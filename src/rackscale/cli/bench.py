@@ -354,6 +354,18 @@ def service(
             min=0,
         ),
     ] = 0.0,
+    backlog: Annotated[
+        int,
+        typer.Option(
+            "--backlog",
+            help="Scale mode: first fill the cluster and leave this many jobs pending, then measure under the "
+            "paced load (--rate, default 1,000/s; --duration-limit s) cycles, GET /v1/jobs, /metrics, the page, RSS.",
+            min=0,
+        ),
+    ] = 0,
+    page_loads: Annotated[
+        int, typer.Option("--page-loads", help="Scale mode: web page loads in headless Chromium.", min=0)
+    ] = 3,
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
 ) -> None:
     """Load (and crash) `rackscale serve` over loopback: submissions/s, submit latency, placements; with
@@ -363,6 +375,7 @@ def service(
 
       rackscale bench service --jobs 2000
       rackscale bench service --jobs 20000 --concurrency 32 --crash-after 5000 --durability full
+      rackscale bench service --racks 1389 --backlog 50000 --speed 1 --rate 1000 --duration-limit 20
 
     Exit code 1: the store or the allocations came out inconsistent (with --crash-after, or an acknowledged
     job was lost or doubled across the restart).
@@ -373,6 +386,11 @@ def service(
     if durability not in ("normal", "full") or output not in ("table", "json"):
         err.print("[red]error:[/] --durability takes normal or full; -o takes table or json")
         raise typer.Exit(2)
+    if backlog:
+        _service_scale(
+            racks, backlog, rate or 1000.0, duration_limit, concurrency, workers, speed, seed, page_loads, output, err
+        )
+        return
     result = run_service_benchmark(
         jobs=jobs,
         concurrency=concurrency,
@@ -390,6 +408,61 @@ def service(
         print(json.dumps(result, indent=2))
     else:
         _render_service(result, Console())
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
+def _service_scale(
+    racks: int,
+    backlog: int,
+    rate: float,
+    duration: float,
+    concurrency: int,
+    workers: int,
+    speed: float,
+    seed: int,
+    page_loads: int,
+    output: str,
+    err: Console,
+) -> None:
+    import os
+    import shutil
+
+    from rackscale.bench.service_scale import run_scale_benchmark, scale_rows
+
+    chromium = os.environ.get("RACKSCALE_CHROMIUM") or shutil.which("chromium")
+    if page_loads and chromium is None:
+        err.print("[red]error:[/] --page-loads needs Chromium: apt-get install chromium (or RACKSCALE_CHROMIUM=PATH)")
+        raise typer.Exit(2)
+    result = run_scale_benchmark(
+        racks=racks,
+        backlog=backlog,
+        rate=rate,
+        duration=duration,
+        concurrency=concurrency,
+        workers=workers,
+        speed=speed,
+        seed=seed,
+        page_load_count=page_loads,
+        chromium=chromium,
+        log=lambda msg: err.print(msg, highlight=False),
+    )
+    if output == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        table = Table(
+            title=f"Service at scale: {racks:,} racks, backlog {backlog:,}, paced at {rate:,.0f}/s, "
+            f"{duration:g} s, speed {speed:g}"
+        )
+        for col, just in (("metric", "left"), ("value", "right"), ("goal", "right")):
+            table.add_column(col, justify=just)  # type: ignore[arg-type]
+        for row in scale_rows(result):
+            table.add_row(*row)
+        Console().print(table)
+        v = result["verdict"]
+        problems = v["store_problems"] + v["allocation_problems"]
+        said = "[green]OK[/]" if result["ok"] else "[red]FAILED[/]: " + "; ".join(problems[:5])
+        Console().print(f"verdict: {said}")
     if not result["ok"]:
         raise typer.Exit(1)
 

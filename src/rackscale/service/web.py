@@ -9,6 +9,7 @@ a scan of every GPU. Auth is the API's: with a token file, a valid bearer token 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,9 +54,14 @@ def mount(app: FastAPI, ctx: ServiceContext) -> None:
                 {"detail": f"at most {MAX_DETAIL_RACKS} racks in detail= (got {len(wanted)}); page through them"},
                 status_code=422,
             )
-        with ctx.runner.reading() as lv:
-            body = overview_doc(lv, wanted, visible_to(lv, who))
-        return JSONResponse(body, headers=_NO_CACHE)
+
+        def read() -> dict[str, Any]:
+            with ctx.runner.reading() as lv:
+                return overview_doc(lv, wanted, visible_to(lv, who))
+
+        # In a worker thread: the runner's lock is held through a cycle and its commit (hundreds of ms with
+        # 50,000 jobs waiting); waiting for it on the event loop would stall every other request meanwhile.
+        return JSONResponse(await asyncio.to_thread(read), headers=_NO_CACHE)
 
 
 OTHER_TENANT = "(another tenant)"  # not a valid job name: it cannot collide with one

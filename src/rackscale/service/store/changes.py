@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, select, update
+from sqlalchemy import and_, bindparam, select, text, update
 from sqlalchemy.engine import Connection
 
 from rackscale.service.live import COMPLETED, FAILED, NOTICE, PREEMPTED, RESIZED, SCHEDULED, WAITING, Change
 from rackscale.service.phase import ACTIVE, JobPhase
 from rackscale.service.store.rows import encode_placement
-from rackscale.service.store.schema import INSERT_EVENT, jobs
+from rackscale.service.store.schema import ACTIVE_SQL, INSERT_EVENT, jobs
 
 # A change (its type) applies only to a run in one of these phases, and moves it to the second (None: it
 # stays where it is).
@@ -44,7 +44,10 @@ def apply_changes(c: Connection, changes: Sequence[Change]) -> set[str]:
     # for (``Change.run``; 0: whichever is active), never to a newer run of the same name.
     active = c.execute(
         select(jobs.c.name, jobs.c.seq, jobs.c.status)
-        .where(and_(jobs.c.name.in_(names), jobs.c.status.in_(ACTIVE)))
+        # ACTIVE_SQL as literal text: the planner then reads the names from the partial index of active runs
+        # (ux_jobs_active_name); ``status IN (:bound)`` made SQLite walk ix_jobs_status over every active row
+        # instead, 0.1-0.2 s a commit with 60,000 active jobs, on the thread that commits submissions too.
+        .where(and_(jobs.c.name.in_(names), text(ACTIVE_SQL)))
         .with_for_update()
     ).all()
     run_of: dict[str, int] = {name: seq for name, seq, _ in active}
