@@ -324,8 +324,11 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         return EventList(job=name, items=items, run=row.seq)
 
     # ------------------------------------------------------------------ cluster
+    # The reads of the live model are plain functions: FastAPI runs them in its thread pool, so a wait for the
+    # runner's lock (held through a cycle and its commit: hundreds of ms with 50,000 jobs waiting) does not
+    # stall the event loop and every other request with it.
     @app.get("/v1/cluster", response_model=ClusterOut, summary="The cluster and the service")
-    async def get_cluster(who: Who) -> ClusterOut:
+    def get_cluster(who: Who) -> ClusterOut:
         with ctx.runner.reading() as lv:
             return ClusterOut(
                 name=cluster.name,
@@ -343,7 +346,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
             )
 
     @app.get("/v1/racks", response_model=RackList, summary="Every rack (NVLink domain) and what it holds")
-    async def list_racks(who: Who) -> RackList:
+    def list_racks(who: Who) -> RackList:
         with ctx.runner.reading() as lv:
             vis = visible_to(lv, who)
             return RackList(items=[rack_out(lv, r.index, vis) for r in cluster.racks])
@@ -357,14 +360,14 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         responses={404: _ERRORS[404]},
         summary="One rack with its nodes and the job on every GPU",
     )
-    async def get_rack(name: str, who: Who) -> RackDetail:
+    def get_rack(name: str, who: Who) -> RackDetail:
         if name not in rack_by_name:
             raise HttpProblem(404, f"no rack named {name!r}")
         with ctx.runner.reading() as lv:
             return rack_detail(lv, rack_by_name[name], visible_to(lv, who))
 
     @app.get("/v1/nodes", response_model=NodeList, responses=_pick(404), summary="Every node (or a rack's)")
-    async def list_nodes(who: Who, rack: str | None = None) -> NodeList:
+    def list_nodes(who: Who, rack: str | None = None) -> NodeList:
         if rack is not None and rack not in rack_by_name:
             raise HttpProblem(404, f"no rack named {rack!r}")
         nodes = cluster.racks[rack_by_name[rack]].nodes if rack is not None else range(len(cluster.nodes))
@@ -378,14 +381,14 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         responses={404: _ERRORS[404]},
         summary="One node with the job on every GPU",
     )
-    async def get_node(name: str, who: Who) -> NodeDetail:
+    def get_node(name: str, who: Who) -> NodeDetail:
         if name not in node_by_name:
             raise HttpProblem(404, f"no node named {name!r}")
         with ctx.runner.reading() as lv:
             return node_detail(lv, node_by_name[name], visible_to(lv, who))
 
     @app.get("/v1/queues", response_model=QueueList, summary="Queues: jobs pending and running, GPUs held and wanted")
-    async def list_queues(who: Who) -> QueueList:
+    def list_queues(who: Who) -> QueueList:
         counts = ctx.store.count_by_queue(ACTIVE)
         with ctx.runner.reading() as lv:
             out = queues_out(lv, counts)
@@ -394,7 +397,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         return out
 
     @app.get("/v1/kpis", response_model=KpisOut, summary="KPIs since the service started (DESIGN section 5)")
-    async def get_kpis(who: Who) -> KpisOut:
+    def get_kpis(who: Who) -> KpisOut:
         with ctx.runner.reading() as lv:
             return kpis_out(lv, ctx.runner.clock.now())
 
