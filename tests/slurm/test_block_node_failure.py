@@ -89,7 +89,13 @@ def run_the_failure(cfg: ServiceConfig, emu: BlockSlurm, rack_of: dict[str, str]
         first = wait_for(running_on, timeout=TIMEOUT, what="the gang to run")
         assert isinstance(first, list) and len({rack_of[n] for n in first}) == 1, first
         state = lambda n: emu.slurm.run(["sinfo", "-h", "-n", n, "-o", "%T"], check=False).stdout.strip()  # noqa: E731
-        wait_for(lambda: "allocated" in state(first[0]), timeout=TIMEOUT, what="Slurm to run it")
+        # allocated, or mixed when the job leaves some of the node's CPUs free: either way it runs there.
+        runs_there = lambda: state(first[0]).startswith(("allocated", "mixed"))  # noqa: E731
+        try:
+            wait_for(runs_there, timeout=TIMEOUT, what="Slurm to run it")
+        except AssertionError:  # say what Slurm says of it
+            squeue = emu.slurm.run(["squeue", "-h", "-o", "%i %T %r %N"], check=False).stdout.strip()
+            raise AssertionError(f"Slurm did not run the gang: sinfo {state(first[0])!r}, squeue {squeue!r}") from None
         victim = first[0]
         t0 = time.monotonic()
         os.kill(int((emu.root / f"slurmd-{victim}.pid").read_text()), signal.SIGKILL)
