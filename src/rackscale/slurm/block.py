@@ -34,7 +34,7 @@ from pathlib import Path
 
 from rackscale.model.topology import GPUCluster
 from rackscale.slurm.commands import Slurm, SlurmError
-from rackscale.slurm.emulated import EmulatedSlurm, _alive, _daemon, _tail, wait_idle, write_config
+from rackscale.slurm.emulated import EmulatedSlurm, _alive, _answers, _daemon, _tail, wait_idle, write_config
 
 SUITE = "trixie"  # Debian 13: Slurm 24.11.5
 PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client")
@@ -177,13 +177,14 @@ if [ ! -s /etc/munge/munge.key ]; then
   dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null
   chown munge:munge /etc/munge/munge.key; chmod 400 /etc/munge/munge.key
 fi
-runuser -u munge -- /usr/sbin/munged </dev/null >/dev/null 2>&1
+runuser -u munge -- /usr/sbin/munged --force </dev/null >/dev/null 2>&1
 """
 
 
 def _start_munge(root: Path) -> int | None:
-    """munged inside the root unless its socket is there: its pid (None: one was running already)."""
-    if (root / "run/munge/munge.socket.2").is_socket():
+    """munged inside the root unless one answers on its socket: its pid (None: one was running already). A
+    socket file alone may be a dead munged's (a run tmpfs a stop could not unmount): then --force over it."""
+    if _answers(root / "run/munge/munge.socket.2"):
         return None
     _run(["chroot", str(root), "bash", "-c", _MUNGE], 30)
     with contextlib.suppress(OSError, ValueError):
