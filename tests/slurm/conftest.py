@@ -79,4 +79,6 @@ def block_root() -> Iterator[Path]:
         yield root
     finally:
         if not given:
+            # A module's cluster may leave munged or a job step behind; nothing of ours runs there now.
+            block.release_root(root)
             block.remove_root(root)

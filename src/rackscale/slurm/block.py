@@ -157,6 +157,30 @@ def build_root(root: Path, *, mirror: str | None = None) -> float:
     return time.monotonic() - t0
 
 
+def release_root(root: Path) -> list[Path]:
+    """End every process whose root is ``root`` (munged, a slurmd or job step a stop left) and unmount all
+    that is mounted below it, deepest first; what still stays mounted. For tearing a root down when no
+    cluster of its own runs there any more: a stop keeps what another cluster in the root may use."""
+    base = root.resolve()
+    pids = [int(d.name) for d in Path("/proc").glob("[0-9]*") if int(d.name) != os.getpid()]
+    for pid in pids:
+        if _in_root(pid, base):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10.0
+    while any(_in_root(pid, base) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for point in sorted(mounts_under(base), key=lambda p: len(p.parts), reverse=True):
+        if point == base:
+            continue
+        for _ in range(10):
+            if point not in mounts_under(base):
+                break
+            if subprocess.run(["umount", str(point)], capture_output=True, check=False).returncode != 0:
+                time.sleep(0.2)
+    return mounts_under(base)
+
+
 def remove_root(root: Path) -> None:
     """Delete ``root``; refused (SlurmError) while anything is mounted in it: a recursive delete would go
     through a bind mount into the host's /dev."""
@@ -247,6 +271,9 @@ class BlockSlurm(EmulatedSlurm):
                     os.kill(pid, signal.SIGKILL)
         if not shared:
             self.mounted = unmount(self.chroot, self.mounted)
+            if self.mounted:  # something of the root's own still holds them (munged of an earlier start)
+                still = set(release_root(self.chroot))
+                self.mounted = [m for m in self.mounted if root / m in still]
         shutil.rmtree(self.root, ignore_errors=True)
 
 
