@@ -176,10 +176,9 @@ class Probes:
             time.sleep(0.05)
 
     def start(self) -> list[threading.Thread]:
-        threads = [
-            threading.Thread(target=self._list_loop, name="probe-list", daemon=True),
-            threading.Thread(target=self._scrape_loop, name="probe-metrics", daemon=True),
-        ]
+        threads = [threading.Thread(target=self._scrape_loop, name="probe-metrics", daemon=True)]
+        if self.list_every > 0:  # 0: no listing (to see what the submissions alone get)
+            threads.append(threading.Thread(target=self._list_loop, name="probe-list", daemon=True))
         for t in threads:
             t.start()
         return threads

@@ -150,6 +150,7 @@ def run_scale_benchmark(
     speed: float = 1.0,
     seed: int = 0,
     page_load_count: int = 3,
+    list_every: float = 0.1,
     chromium: str | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Result:
@@ -169,7 +170,7 @@ def run_scale_benchmark(
         fill = _fill(server, port_file, backlog, seed=seed, concurrency=concurrency, workers=workers, say=say)
         before = _metrics_text(server.url)
         start = time.monotonic()
-        probes = Probes(server.port, server.token, server.pid, deadline=start + duration)
+        probes = Probes(server.port, server.token, server.pid, deadline=start + duration, list_every=list_every)
         threads = probes.start()
         load: dict[str, Any] = {}
         n_load = int(rate * duration * 1.05) + 1

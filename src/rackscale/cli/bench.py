@@ -366,6 +366,14 @@ def service(
     page_loads: Annotated[
         int, typer.Option("--page-loads", help="Scale mode: web page loads in headless Chromium.", min=0)
     ] = 3,
+    list_every: Annotated[
+        float,
+        typer.Option(
+            "--list-every",
+            help="Scale mode: seconds between pages of GET /v1/jobs (500 pending rows); 0: no listing.",
+            min=0.0,
+        ),
+    ] = 0.1,
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
 ) -> None:
     """Load (and crash) `rackscale serve` over loopback: submissions/s, submit latency, placements; with
@@ -388,7 +396,18 @@ def service(
         raise typer.Exit(2)
     if backlog:
         _service_scale(
-            racks, backlog, rate or 1000.0, duration_limit, concurrency, workers, speed, seed, page_loads, output, err
+            racks,
+            backlog,
+            rate or 1000.0,
+            duration_limit,
+            concurrency,
+            workers,
+            speed,
+            seed,
+            page_loads,
+            list_every,
+            output,
+            err,
         )
         return
     result = run_service_benchmark(
@@ -422,6 +441,7 @@ def _service_scale(
     speed: float,
     seed: int,
     page_loads: int,
+    list_every: float,
     output: str,
     err: Console,
 ) -> None:
@@ -444,6 +464,7 @@ def _service_scale(
         speed=speed,
         seed=seed,
         page_load_count=page_loads,
+        list_every=list_every,
         chromium=chromium,
         log=lambda msg: err.print(msg, highlight=False),
     )

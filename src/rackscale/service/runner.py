@@ -102,6 +102,7 @@ class Runner:
         autoscaler: LiveAutoscaler | None = None,
         interval_s: float = 0.05,
         min_gap_s: float = 0.01,
+        max_busy: float = 0.5,
     ) -> None:
         self.live = live
         self.store = store
@@ -110,6 +111,11 @@ class Runner:
         self.observer = observer
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
+        # The most of the wall clock steps may take (0-1]: after a step of d CPU-seconds the runner rests
+        # d * (1 - max_busy) / max_busy, at least min_gap_s. Under a big backlog a cycle is ~0.2 s of Python
+        # holding the GIL; run back to back they leave the API's event loop the gaps between GIL switches
+        # (submissions at 1,000/s waited seconds). KAI-Scheduler and Volcano run a cycle a period (1 s).
+        self.max_busy = max_busy
         # ``lock`` is held while the live cluster changes and its changes are committed (so a reader never
         # sees the memory ahead of the store); readers take it briefly. It is never held across a backend
         # call: API reads and /metrics do not wait on sbatch or a process start. ``_stepping`` makes steps
@@ -286,12 +292,17 @@ class Runner:
             self._wake.clear()
             if self._stop.is_set():
                 break
+            began = time.thread_time()  # the step's own CPU (a backend's I/O waits hold no GIL: not paced)
             try:
                 self.step()
             except Exception as e:  # a bug must not stop the cluster: say it, count it, go on
                 self.errors += 1
                 log.exception("runner step failed: %s", e)
-            time.sleep(self.min_gap_s)  # lets submissions batch up into one cycle
+            self._stop.wait(self.rest_after(time.thread_time() - began))  # submissions batch up into one cycle
+
+    def rest_after(self, step_s: float) -> float:
+        """How long the runner rests after a step that took ``step_s`` of its thread's CPU (``max_busy``)."""
+        return max(self.min_gap_s, step_s * (1.0 - self.max_busy) / self.max_busy)
 
     # ------------------------------------------------------------------ one step
     def step(self) -> list[Change]:
