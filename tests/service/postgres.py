@@ -2,6 +2,10 @@
 
 PostgreSQL refuses to run as root, so as root the server runs as the `postgres` system user (the Debian
 package creates it). The binaries come from Debian's `postgresql` package (see .ci/run).
+
+The fixtures :func:`pg_url` (one server per module) and :func:`pg_store` (a store on it, emptied per test)
+are the ones the PostgreSQL test modules share: import them there (``from tests.service.postgres import
+pg_store, pg_url``); a module-scoped fixture imported into a module starts its own server for that module.
 """
 
 from __future__ import annotations
@@ -11,15 +15,23 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import psycopg  # the dev extras install it (rackscale[postgres])
+import pytest
 from tests.deploy.engines import free_port
 
+from rackscale.service.store import Store
+
 INSTALL_HINT = "install Debian's postgresql package (apt-get install postgresql) and psycopg[binary]"
+
+try:
+    import psycopg  # the dev extras install it (rackscale[postgres])
+except ImportError as e:  # a collection error that says what to install, not a bare ModuleNotFoundError
+    raise ImportError(f"psycopg is missing: {INSTALL_HINT}") from e
 
 
 def _bin(name: str) -> str:
@@ -27,9 +39,6 @@ def _bin(name: str) -> str:
     if not found:
         raise AssertionError(f"PostgreSQL's {name} is missing: {INSTALL_HINT}")
     return found[-1]
-
-
-_free_port = free_port  # the engines tests' helper
 
 
 @contextmanager
@@ -47,7 +56,7 @@ def postgres_server(root: Path) -> Iterator[str]:
         check=True,
         capture_output=True,
     )
-    port = _free_port()
+    port = free_port()  # the engines tests' helper
     log = root / "postgres.log"
     proc = subprocess.Popen(
         [
@@ -95,3 +104,25 @@ def postgres_server(root: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL server for the module: the URL of its `postgres` database."""
+    # Not under pytest's tmp dir: as root, the server runs as `postgres`, which cannot enter root's 0700 dirs.
+    root = Path(tempfile.mkdtemp(prefix="rackscale-pg-"))
+    try:
+        with postgres_server(root) as url:
+            yield url
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_store(pg_url: str) -> Iterator[Store]:
+    """A store on the module's server, every table emptied first (the server is shared by the module)."""
+    store = Store(pg_url)
+    with store.engine.begin() as c:
+        c.exec_driver_sql("TRUNCATE jobs, events, meta, leader_lease RESTART IDENTITY")
+    yield store
+    store.close()

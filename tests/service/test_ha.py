@@ -10,21 +10,19 @@ replicas on loopback under a submission load (kill -9 of the leader, SIGSTOP pas
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from tests.deploy.engines import free_port
+from tests.service import postgres
 from tests.service.conftest import HandClock, small_cluster, wait_for
-from tests.service.postgres import INSTALL_HINT, _free_port, postgres_server
 
 from rackscale.backends.sim import SimBackend
 from rackscale.model.placement import NodeAlloc, Placement
@@ -36,30 +34,9 @@ from rackscale.service.runner import Runner
 from rackscale.service.store import Store
 from rackscale.service.store.lease import Fenced, read_lease
 
+pg_url, pg_store = postgres.pg_url, postgres.pg_store  # the shared fixtures (this module gets its own server)
+
 LEASE_S = 5.0  # the default: the takeover times measured here are the documented ones
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    try:
-        import psycopg  # noqa: F401
-    except ImportError as e:
-        raise AssertionError(f"psycopg is missing: {INSTALL_HINT}") from e
-    root = Path(tempfile.mkdtemp(prefix="rackscale-ha-pg-"))  # not under pytest's tmp: see test_postgres
-    try:
-        with postgres_server(root) as url:
-            yield url
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture
-def store(pg_url: str) -> Iterator[Store]:
-    s = Store(pg_url)
-    with s.engine.begin() as c:
-        c.exec_driver_sql("TRUNCATE jobs, events, meta, leader_lease RESTART IDENTITY")
-    yield s
-    s.close()
 
 
 class Mono:
@@ -87,25 +64,25 @@ def _scheduled(name: str, run: int) -> Change:
 
 
 # ------------------------------------------------------------------------------------------ the lease
-def test_one_leader_a_takeover_bumps_the_generation_and_fences_the_old_one(store: Store) -> None:
+def test_one_leader_a_takeover_bumps_the_generation_and_fences_the_old_one(pg_store: Store) -> None:
     ma, mb = Mono(), Mono()
-    a, b = elector(store, "a", ma), elector(store, "b", mb)
+    a, b = elector(pg_store, "a", ma), elector(pg_store, "b", mb)
     assert a.tick(service_time=1.0) and a.generation == 1
     assert not b.tick(service_time=1.0) and b.generation is None  # held by a live leader
     assert a.tick(service_time=2.0) and a.generation == 1  # a renewal keeps the generation
-    row = store.insert_job(name="j", queue="q", kind="training", gpus=1, priority=0, doc={}, submitted=0.0)
+    row = pg_store.insert_job(name="j", queue="q", kind="training", gpus=1, priority=0, doc={}, submitted=0.0)
     scheduled = _scheduled("j", row.seq)
     time.sleep(1.1)  # a stops renewing (paused): the lease expires on the database's clock
     assert b.tick(service_time=3.0) and b.generation == 2
     ma.t += 10.0  # a wakes up: past its renew deadline on its own clock, it acts no more
     assert not a.acting()
     with pytest.raises(Fenced, match="generation 1, the lease is at generation 2"):
-        store.apply([scheduled], generation=1)
-    got = store.get("j")
+        pg_store.apply([scheduled], generation=1)
+    got = pg_store.get("j")
     assert got is not None and got.status == "pending"  # nothing of the fenced write was committed
-    assert store.apply([scheduled], generation=2) == set()
+    assert pg_store.apply([scheduled], generation=2) == set()
     assert not a.tick(service_time=4.0) and a.generation is None
-    rec = read_lease(store.engine)
+    rec = read_lease(pg_store.engine)
     assert rec is not None and (rec.holder, rec.generation) == ("b", 2)
 
 
@@ -114,12 +91,12 @@ def test_one_leader_a_takeover_bumps_the_generation_and_fences_the_old_one(store
     [(False, False), (True, True)],
     ids=["same-id-restart-waits-for-the-expiry", "a-released-lease-is-taken-at-once"],
 )
-def test_a_new_candidate_takes_only_a_free_lease(store: Store, released: bool, takes: bool) -> None:
-    old = elector(store, "a", Mono(), lease_s=30.0)
+def test_a_new_candidate_takes_only_a_free_lease(pg_store: Store, released: bool, takes: bool) -> None:
+    old = elector(pg_store, "a", Mono(), lease_s=30.0)
     assert old.tick(service_time=0.0)
     if released:
         old.resign()
-    again = elector(store, "a", Mono(), lease_s=30.0)  # a restarted process of the same replica id
+    again = elector(pg_store, "a", Mono(), lease_s=30.0)  # a restarted process of the same replica id
     assert again.tick(service_time=0.0) is takes
     assert again.generation == (2 if takes else None)
 
@@ -158,27 +135,27 @@ def _runner(store: Store, guard: Guard) -> tuple[Runner, Recording]:
     ids=["the-leader-starts-a-job-only-the-store-had", "a-stale-generation-is-fenced", "past-the-deadline-no-step"],
 )
 def test_the_runner_picks_up_and_is_fenced(
-    store: Store, generation: int, acting: bool, started: list[str], fenced: bool
+    pg_store: Store, generation: int, acting: bool, started: list[str], fenced: bool
 ) -> None:
-    assert elector(store, "x", Mono()).tick(service_time=0.0)  # the lease at generation 1
-    runner, backend = _runner(store, Guard(generation=generation, acting=acting))
+    assert elector(pg_store, "x", Mono()).tick(service_time=0.0)  # the lease at generation 1
+    runner, backend = _runner(pg_store, Guard(generation=generation, acting=acting))
     # Committed by another replica's API: never in this runner's inbox.
-    store.insert_job(name="p", queue="q", kind="training", gpus=4, priority=0, doc=_doc("p"), submitted=0.0)
+    pg_store.insert_job(name="p", queue="q", kind="training", gpus=4, priority=0, doc=_doc("p"), submitted=0.0)
     runner.step()
     assert backend.starts == started
     assert (runner.fenced is not None) is fenced
-    row = store.get("p")
+    row = pg_store.get("p")
     assert row is not None and row.status == ("running" if started else "pending")
 
 
-def test_a_cancel_through_another_replica_stops_the_running_job(store: Store) -> None:
-    e = elector(store, "x", Mono())
+def test_a_cancel_through_another_replica_stops_the_running_job(pg_store: Store) -> None:
+    e = elector(pg_store, "x", Mono())
     assert e.tick(service_time=0.0)
-    runner, backend = _runner(store, Guard(generation=1, acting=True))
-    store.insert_job(name="c", queue="q", kind="training", gpus=4, priority=0, doc=_doc("c"), submitted=0.0)
+    runner, backend = _runner(pg_store, Guard(generation=1, acting=True))
+    pg_store.insert_job(name="c", queue="q", kind="training", gpus=4, priority=0, doc=_doc("c"), submitted=0.0)
     runner.step()
     assert backend.running() == {"c"}
-    store.cancel("c", 1.0)  # the other replica's API: the store only
+    pg_store.cancel("c", 1.0)  # the other replica's API: the store only
     runner.step()
     assert backend.running() == frozenset()
 
@@ -188,7 +165,7 @@ class Replica:
     """``rackscale serve --replica-id NAME`` in a subprocess on loopback (sim backend, clock 1000x)."""
 
     def __init__(self, name: str, db_url: str, root: Path) -> None:
-        self.name, self.db_url, self.port = name, db_url, _free_port()
+        self.name, self.db_url, self.port = name, db_url, free_port()
         self.data_dir, self.log = root / name, root / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -257,8 +234,8 @@ class Load:
                 time.sleep(0.02)
 
 
-def test_two_replicas_kill9_sigstop_restart_under_load(store: Store, tmp_path: Path) -> None:
-    a, b = Replica("a", store.url, tmp_path), Replica("b", store.url, tmp_path)
+def test_two_replicas_kill9_sigstop_restart_under_load(pg_store: Store, tmp_path: Path) -> None:
+    a, b = Replica("a", pg_store.url, tmp_path), Replica("b", pg_store.url, tmp_path)
     try:
         a.start()
         a.wait_role("leader")
@@ -288,7 +265,7 @@ def test_two_replicas_kill9_sigstop_restart_under_load(store: Store, tmp_path: P
         assert len(acked) > 100 and {n[0] for n in acked} == {"a", "b"}
 
         def done() -> bool:
-            rows = {r.name: r.status for r in store.jobs(limit=10**9)}
+            rows = {r.name: r.status for r in pg_store.jobs(limit=10**9)}
             return all(rows.get(n) == "completed" for n in acked)
 
         wait_for(done, timeout=30, what="every acknowledged job completed")
@@ -298,10 +275,10 @@ def test_two_replicas_kill9_sigstop_restart_under_load(store: Store, tmp_path: P
                 r.proc.send_signal(signal.SIGCONT)
                 r.proc.kill()
                 r.proc.wait(timeout=10)
-    assert store.check() == []  # no GPU held by two running jobs, no name with two active runs
+    assert pg_store.check() == []  # no GPU held by two running jobs, no name with two active runs
     starts: dict[int, int] = {}
-    for row in store.jobs(limit=10**9):
-        kinds = [e.type for e in store.events(row.name, run=row.seq)]
+    for row in pg_store.jobs(limit=10**9):
+        kinds = [e.type for e in pg_store.events(row.name, run=row.seq)]
         starts[row.seq] = kinds.count("scheduled") - kinds.count("preempted")
     assert set(starts.values()) <= {1}, "a job started twice (or never, though completed)"
 

@@ -1,4 +1,4 @@
-"""Node holds (cordon, drain) and NOTICE events on a real PostgreSQL (the server test_postgres.py starts):
+"""Node holds (cordon, drain) and NOTICE events on a real PostgreSQL (tests/service/postgres.py's fixtures):
 the ``meta`` rows ``hold:NODE`` bring the holds back after a restart on the same database, an uncordon
 deletes its row (so a restart finds none), an empty row of an older version reads as no hold, and a long
 node name's key fits PostgreSQL's 64-character column (SQLite would not have checked).
@@ -18,14 +18,16 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from tests.service import postgres
 from tests.service.conftest import serve_in_thread, small_cluster, wait_for
 from tests.service.test_notices import HISTORIES, HISTORY_IDS, check_batch, check_notice
-from tests.service.test_postgres import pg_store, pg_url  # noqa: F401  (the fixtures: one server here)
 
 from rackscale.service.app import ServiceConfig
 from rackscale.service.live import Change
 from rackscale.service.nodes_api import hold_key, stored_holds
 from rackscale.service.store import Store, meta
+
+pg_url, pg_store = postgres.pg_url, postgres.pg_store  # the shared fixtures (this module gets its own server)
 
 
 def hold_rows(store: Store) -> dict[str, str]:
@@ -47,8 +49,8 @@ def notices(c: Any, job: str) -> list[tuple[str, str]]:
 
 
 def test_holds_come_back_after_a_restart_and_an_uncordon_deletes_them(
-    pg_url: str,  # noqa: F811
-    pg_store: Store,  # noqa: F811
+    pg_url: str,
+    pg_store: Store,
     tmp_path: Path,
 ) -> None:
     cfg = ServiceConfig(
@@ -90,7 +92,7 @@ def test_holds_come_back_after_a_restart_and_an_uncordon_deletes_them(
         assert hold_rows(pg_store) == {}
 
 
-def test_an_empty_hold_row_is_no_hold_and_a_long_names_key_fits(pg_store: Store) -> None:  # noqa: F811
+def test_an_empty_hold_row_is_no_hold_and_a_long_names_key_fits(pg_store: Store) -> None:
     s = pg_store
     at_limit, long_name = "n" * 59, "node-" + "x" * 200  # "hold:" + 59 = the column's 64; longer: hashed
     names = ["r000-n00", at_limit, long_name]
@@ -108,12 +110,12 @@ def test_an_empty_hold_row_is_no_hold_and_a_long_names_key_fits(pg_store: Store)
 
 @pytest.mark.parametrize(("history", "logged"), HISTORIES, ids=HISTORY_IDS)
 def test_a_notice_is_an_event_of_the_run_only_on_postgresql(
-    pg_store: Store,  # noqa: F811
+    pg_store: Store,
     history: list[Change | str],
     logged: bool,
 ) -> None:
     check_notice(pg_store, history, logged)
 
 
-def test_notices_keep_their_order_and_a_long_reason_fits_on_postgresql(pg_store: Store) -> None:  # noqa: F811
+def test_notices_keep_their_order_and_a_long_reason_fits_on_postgresql(pg_store: Store) -> None:
     check_batch(pg_store)

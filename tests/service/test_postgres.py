@@ -2,45 +2,20 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
+from tests.service import postgres
 from tests.service.conftest import serve_in_thread, small_cluster, wait_for
 from tests.service.legacy_store import write_legacy_store
-from tests.service.postgres import INSTALL_HINT, postgres_server
 
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.service.app import ServiceConfig
 from rackscale.service.live import COMPLETED, SCHEDULED, Change
 from rackscale.service.store import DuplicateJob, JobRow, Store
 
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    try:
-        import psycopg  # noqa: F401
-    except ImportError as e:
-        raise AssertionError(f"psycopg is missing: {INSTALL_HINT}") from e
-    # Not under pytest's tmp dir: as root, the server runs as `postgres`, which cannot enter root's 0700 dirs.
-    root = Path(tempfile.mkdtemp(prefix="rackscale-pg-"))
-    try:
-        with postgres_server(root) as url:
-            yield url
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture
-def pg_store(pg_url: str) -> Iterator[Store]:
-    store = Store(pg_url)
-    with store.engine.begin() as c:  # a clean slate per test (the server is shared by the module)
-        c.exec_driver_sql("TRUNCATE jobs, events, meta RESTART IDENTITY")
-    yield store
-    store.close()
+pg_url, pg_store = postgres.pg_url, postgres.pg_store  # the shared fixtures (this module gets its own server)
 
 
 def test_the_store_works_the_same_on_postgresql(pg_store: Store) -> None:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from rackscale.cli.common import resolve_cluster
 from rackscale.cli.output import OutputFormat, console, emit, err_console, fail, printable
 from rackscale.host.runs import Estimates
 from rackscale.sim.summary import (
@@ -27,6 +26,9 @@ from rackscale.sim.summary import (
     timeline,
     verdict,
 )
+
+if TYPE_CHECKING:
+    from rackscale.workloads.trace_load import TraceLoad
 
 KPI_ROWS = (
     "completed",
@@ -134,40 +136,56 @@ def simulate(
       rackscale simulate --maintenance r000@6h+4h~10m     # what a rack drain costs\n
       rackscale simulate --schedule examples/schedule-training-quota.yaml   # a night quota's what-if
     """
+    from dataclasses import replace
+
     from rackscale.scheduler import PROFILES
-    from rackscale.sim.faults import FaultConfig
-    from rackscale.sim.simulator import SimConfig, Simulator
+    from rackscale.sim.simulator import Simulator
+    from rackscale.sweep.cells import Names, build_run
+    from rackscale.sweep.spec import CellOptions, SweepError
 
     for p in (policy, *baselines):
         if p not in PROFILES:
             fail(f"unknown policy {p!r}; choose one of: {', '.join(PROFILES)}")
-    cluster = resolve_cluster(cluster_file, racks)
-    jobs = _workload(
-        cluster,
-        trace,
-        jobs_file,
-        n_jobs,
-        duration_h,
-        arrival_scale,
-        gpu_scale,
-        seed,
-        strict,
-        _tenants(tenant_map),
+    # The flags as one cell's options, built by the sweep's builder: a sweep cell is this command's run by
+    # construction. Not validated as a sweep document is: its bounds are a document's, simulate has its own
+    # (typer's min/max; the builder checks the rest), e.g. a negative --seed runs here as it always has.
+    options = CellOptions.model_construct(
+        cluster=None if cluster_file is None else str(cluster_file),
+        racks=racks,
+        trace=trace,
+        jobs_file=None if jobs_file is None else str(jobs_file),
+        jobs=n_jobs,
+        duration_h=duration_h,
+        arrival_scale=arrival_scale,
+        gpu_scale=gpu_scale,
         elastic_share=elastic_share,
+        strict=strict,
+        tenant_map=_tenants(tenant_map),
+        policy=policy,
+        seed=seed,
+        estimates=estimates,
+        gpu_mtbf_h=gpu_mtbf_h,
+        node_mtbf_h=node_mtbf_h,
+        uplink_mtbf_h=uplink_mtbf_h,
+        maintenance=tuple(maintenance),
+        schedules=tuple(str(f) for f in schedule_files),
+        start_time=start_time,
     )
-    faults = FaultConfig(gpu_mtbf_h=gpu_mtbf_h, node_mtbf_h=node_mtbf_h, uplink_mtbf_h=uplink_mtbf_h)
-    from rackscale.host.drains import DrainError
-    from rackscale.sim.maintenance import parse_window
-
+    flags = Names(  # what the builder's errors call the inputs here
+        cluster="--cluster",
+        racks="--racks",
+        trace="--trace",
+        jobs_file="--jobs",
+        duration="--duration",
+        maintenance="--maintenance",
+        schedules="--schedule",
+        start_time="--start-time",
+    )
     try:
-        windows = tuple(parse_window(w) for w in maintenance)
-    except DrainError as e:
-        fail(f"--maintenance: {e}")
-    rack_names = {r.name for r in cluster.racks}
-    for w in windows:
-        if w.rack not in rack_names:
-            fail(f"--maintenance: no rack named {w.rack!r} in this cluster")
-    schedules, start_epoch = _schedules(schedule_files, start_time)
+        built = build_run(options, names=flags, on_trace=_print_skipped)
+    except SweepError as e:
+        fail(str(e))
+    cluster, jobs, schedules = built.cluster, built.jobs, built.config.schedules
     policies = list(dict.fromkeys((policy, *baselines)))
     runs: list[dict[str, Any]] = []
     results = []
@@ -191,16 +209,7 @@ def simulate(
                     last[0] = t
                     bar.update(task, completed=done)
 
-            config = SimConfig(
-                policy=p,
-                seed=seed,
-                faults=faults,
-                estimates=estimates.value,
-                maintenance=windows,
-                schedules=schedules,
-                start_epoch=start_epoch,
-            )
-            result = Simulator(cluster, jobs, config).run(on_progress=tick)
+            result = Simulator(cluster, jobs, replace(built.config, policy=p)).run(on_progress=tick)
             results.append(result)
             runs.append({"policy": p, "kpis": result.kpis.as_dict(), "failed_reasons": result.failed_reasons()})
             if schedules:
@@ -292,84 +301,12 @@ def _print_kpis(
             console.print(Text(f"  {printable(p):<{width}}  ").append_text(cell(key, p)), highlight=False)
 
 
-def _workload(
-    cluster: Any,
-    trace: str | None,
-    jobs_file: Path | None,
-    n_jobs: int,
-    duration_h: float | None,
-    arrival_scale: float,
-    gpu_scale: float,
-    seed: int,
-    strict: bool = False,
-    tenants: dict[str, str] | None = None,
-    *,
-    elastic_share: float = 0.0,
-) -> list[Any]:
-    from rackscale.model.specs import SpecError
-    from rackscale.workloads import SyntheticConfig, load_trace, synthetic_jobs
-
-    if trace is not None and jobs_file is not None:
-        fail("give either --trace or --jobs, not both")
-    try:
-        if trace is not None:
-            window = (0.0, duration_h * 3600.0) if duration_h is not None else None
-            loaded = load_trace(
-                trace,
-                gpu_scale=gpu_scale,
-                arrival_scale=arrival_scale,
-                time_window=window,
-                on_error="reject" if strict else "skip",
-                tenant_map=tenants,
-            )
-            if loaded.skipped:
-                err_console.print(
-                    Text(f"skipped {len(loaded.skipped)} malformed rows of {printable(str(loaded.source))}:")
-                )
-                for line in loaded.skipped_lines()[:10]:  # a trace's text: no markup, no terminal controls
-                    err_console.print(Text(f"  {printable(line)}"), highlight=False)
-            jobs = list(loaded.jobs)
-        elif jobs_file is not None:
-            from rackscale.loaders import load_jobs
-
-            jobs = load_jobs(jobs_file)
-        else:
-            hours = duration_h if duration_h is not None else 24.0
-            jobs = synthetic_jobs(
-                SyntheticConfig(
-                    jobs=max(1, round(n_jobs * arrival_scale)),
-                    duration_s=hours * 3600.0,
-                    max_gpus=cluster.total_gpus,
-                    seed=seed,
-                    elastic_share=elastic_share,
-                )
-            )
-    except SpecError as err:
-        fail(str(err))
-    if not jobs:
-        fail("the workload has no jobs (check --duration and the trace's time window)")
-    return jobs
-
-
-def _schedules(files: list[Path], start_time: str | None) -> tuple[tuple[Any, ...], float]:
-    """``--schedule`` files and ``--start-time``: the schedules and the epoch of virtual time 0."""
-    from rackscale.model.spec_errors import SpecError
-    from rackscale.sim.schedules import DEFAULT_START_EPOCH, parse_start_time, read_schedule_file
-
-    try:
-        start = parse_start_time(start_time) if start_time is not None else DEFAULT_START_EPOCH
-    except ValueError as e:
-        fail(f"--start-time: {e}")
-    out: dict[str, Any] = {}
-    for f in files:
-        try:
-            for s in read_schedule_file(f):
-                if s.name in out:
-                    fail(f"--schedule {f}: a second schedule named {s.name!r}; give each its own metadata.name")
-                out[s.name] = s
-        except SpecError as e:
-            fail(str(e))
-    return tuple(out.values()), start
+def _print_skipped(loaded: TraceLoad) -> None:
+    """A trace's malformed rows that were skipped: how many, and the first ten."""
+    if loaded.skipped:
+        err_console.print(Text(f"skipped {len(loaded.skipped)} malformed rows of {printable(str(loaded.source))}:"))
+        for line in loaded.skipped_lines()[:10]:  # a trace's text: no markup, no terminal controls
+            err_console.print(Text(f"  {printable(line)}"), highlight=False)
 
 
 def _schedule_effect(result: Any, price: float) -> dict[str, Any]:

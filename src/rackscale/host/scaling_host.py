@@ -40,7 +40,7 @@ from rackscale.host.scaling import (
     last_fire,
     next_fire,
 )
-from rackscale.host.services import _bounds, _Queued
+from rackscale.host.services import QueuedScaleUp, replica_bounds
 from rackscale.model.state import ClusterState
 from rackscale.model.workload import JobKind, JobSpec
 from rackscale.scheduler import PendingQueue, ResourceScheduler
@@ -230,14 +230,14 @@ class ScalingMixin:
         spec = replace(old, min_units=lo, max_units=hi)
         r.spec = spec
         self.specs[name] = spec
-        before = f"{old.min_units or 1}-{_bounds(old)[1]}"
-        what = f"replicas {before} -> {lo or 1}-{_bounds(spec)[1]}"
+        before = f"{old.min_units or 1}-{replica_bounds(old)[1]}"
+        what = f"replicas {before} -> {lo or 1}-{replica_bounds(spec)[1]}"
         rj = self.state.running.get(name)
         if rj is None:  # not started: it waits with the new bounds (its start asks for minReplicas)
             self._enqueue(spec)
             return what
         have = rj.placement.units
-        want_lo, want_hi = _bounds(spec)
+        want_lo, want_hi = replica_bounds(spec)
         queued = self.pending.get(name)  # a running service's only pending entry: its scale-up
         if queued is not None and queued.units > want_hi:
             self._dequeue(name)
@@ -252,7 +252,7 @@ class ScalingMixin:
         elif have < want_lo and name not in self.pending:
             self._scale_up(r, have, want_lo)
             # The live service reports the scale-up once a cycle placed it (ServicesMixin.scaled).
-            self._scaling_memory().queued[name] = _Queued(have, f"scheduled scaling ({what})", r.generation)
+            self._scaling_memory().queued[name] = QueuedScaleUp(have, f"scheduled scaling ({what})", r.generation)
         return what
 
 

@@ -59,8 +59,9 @@ def autoscaled(spec: JobSpec) -> bool:
     return spec.autoscale is not None or spec.min_units > 0 or spec.max_units > 0
 
 
-def _bounds(spec: JobSpec) -> tuple[int, int]:
-    """``[minReplicas or 1, maxReplicas or replicas]`` (the HPA's minReplicas defaults to 1 too)."""
+def replica_bounds(spec: JobSpec) -> tuple[int, int]:
+    """A service's replica bounds: ``(minReplicas or 1, maxReplicas or replicas)`` (the HPA's minReplicas
+    defaults to 1 too); the autoscaler and scheduled scaling both scale within them."""
     lo = spec.min_units or 1
     return lo, max(spec.max_units or spec.units, lo)
 
@@ -75,8 +76,9 @@ class AutoscaleStep:
 
 
 @dataclass(slots=True)
-class _Queued:
-    """A scale-up waiting for the scheduler: the replicas before it, why, and the run it was asked for."""
+class QueuedScaleUp:
+    """A scale-up waiting for the scheduler (the autoscaler's or a schedule's): the replicas before it, why,
+    and the run it was asked for; ``ServicesMixin.scaled`` reports it once a cycle placed it."""
 
     have: int
     why: str
@@ -86,7 +88,7 @@ class _Queued:
 @dataclass(slots=True)
 class _LiveScaling:
     stabilisers: dict[str, Stabiliser] = field(default_factory=dict)
-    queued: dict[str, _Queued] = field(default_factory=dict)
+    queued: dict[str, QueuedScaleUp] = field(default_factory=dict)
 
 
 class ServicesMixin:
@@ -186,7 +188,7 @@ class ServicesMixin:
             if want > have:
                 if queued is None or queued.units != want:
                     self._scale_up(r, have, want)
-                mem.queued[name] = _Queued(have, why, r.generation)
+                mem.queued[name] = QueuedScaleUp(have, why, r.generation)
                 continue
             if queued is not None:  # no longer needed
                 self._dequeue(name)
@@ -228,7 +230,7 @@ class ServicesMixin:
     def _modelled(self, r: JobRun, now: float) -> tuple[int, str]:
         """Replicas the service's own model asks for now (its daily curve over its replicas' capacity)."""
         prof = self._profile(r.spec)
-        lo, hi = _bounds(r.spec)
+        lo, hi = replica_bounds(r.spec)
         demand = serving.demand_tokens_per_s(prof, now)
         want = serving.desired_replicas(
             demand_tps=demand, replica_tps=r.replica_tps, target=prof.target_utilisation, lo=lo, hi=hi
@@ -242,7 +244,7 @@ class ServicesMixin:
         if a is None or a.query is None or a.target is None:
             return self._modelled(r, now)
         if isinstance(reading, Load):
-            lo, hi = _bounds(r.spec)
+            lo, hi = replica_bounds(r.spec)
             return replicas_for(load=reading, target=a.target, current=have, lo=lo, hi=hi), describe(reading, a.target)
         why = reading.why if isinstance(reading, NoLoad) else "its query was not read"
         if a.fallback is ScaleFallback.HOLD:

@@ -1,8 +1,8 @@
 """A cell: its key (what makes a rerun skip it), what it builds (cluster, jobs, SimConfig) and its run.
 
-:func:`build_run` follows ``rackscale simulate`` step by step (cli/simulate.py: ``resolve_cluster``,
-``_workload``, the fault, maintenance and schedule options), raising :class:`SweepError` where the
-command prints an error, so that a cell is exactly one policy's run of that command.
+:func:`build_run` is how ``rackscale simulate`` builds its run too (cli/simulate.py calls it with its flags
+as :class:`Names`), so that a cell is exactly one policy's run of that command: one builder, whose every
+bad input is a :class:`SweepError` worded in the caller's names.
 """
 
 from __future__ import annotations
@@ -12,13 +12,17 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rackscale.model.topology import GPUCluster
 from rackscale.sim.records import SimConfig
 from rackscale.sweep.spec import CellOptions, SweepError
+
+if TYPE_CHECKING:
+    from rackscale.workloads.trace_load import TraceLoad
 
 
 def project_version() -> str:
@@ -66,6 +70,23 @@ def cell_key(options: CellOptions, *, version: str | None = None) -> str:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Names:
+    """What a build error calls each input: a sweep document's keys, or ``simulate``'s flags."""
+
+    cluster: str = "cluster"
+    racks: str = "racks"
+    trace: str = "trace"
+    jobs_file: str = "jobs_file"
+    duration: str = "duration_h"
+    maintenance: str = "maintenance"
+    schedules: str = "schedules"
+    start_time: str = "start_time"
+
+
+KEYS = Names()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Run:
     cluster: GPUCluster
     jobs: list[Any]
@@ -73,32 +94,52 @@ class Run:
     skipped_rows: int = 0
 
 
-def build_run(options: CellOptions, *, trace_path: Path | None = None) -> Run:
-    """The cluster, the jobs and the SimConfig of one cell (``trace_path``: where the trace's bytes lie on
-    this machine, when they came through Ray's object store rather than from the cell's own path)."""
+def build_run(
+    options: CellOptions,
+    *,
+    trace_path: Path | None = None,
+    names: Names = KEYS,
+    on_trace: Callable[[TraceLoad], None] | None = None,
+) -> Run:
+    """The cluster, the jobs and the SimConfig of one cell, checked in ``simulate``'s order; a bad input is
+    a :class:`SweepError` whose text names it as ``names`` does. ``trace_path``: where the trace's bytes lie
+    on this machine, when they came through Ray's object store rather than from the cell's own path.
+    ``on_trace`` sees a loaded trace (its skipped rows) before the rest is checked."""
     from rackscale.model.spec_errors import SpecError
 
     try:
-        cluster = _cluster(options)
-        jobs, skipped = _jobs(options, cluster, trace_path)
-        return Run(cluster=cluster, jobs=jobs, config=_config(options, cluster), skipped_rows=skipped)
+        cluster = _cluster(options, names)
+        jobs, loaded = _jobs(options, cluster, trace_path, names)
+        if loaded is not None and on_trace is not None:
+            on_trace(loaded)
+        config = _config(options, cluster, names)
     except SpecError as e:
-        raise SweepError([" ".join(str(e).split())]) from None
+        # its lines as they are: simulate prints them so; a sweep's record folds them into one
+        raise SweepError(str(e).split("\n")) from None
+    return Run(cluster=cluster, jobs=jobs, config=config, skipped_rows=len(loaded.skipped) if loaded else 0)
 
 
-def _cluster(options: CellOptions) -> GPUCluster:
+def _cluster(options: CellOptions, names: Names) -> GPUCluster:
+    if options.cluster is not None and options.racks is not None:
+        raise SweepError([f"give either {names.cluster} or {names.racks}, not both"])
     if options.cluster is not None:
         from rackscale.loaders import load_cluster
 
         return load_cluster(Path(options.cluster))
     n = 4 if options.racks is None else options.racks  # simulate's default (cli/common.DEFAULT_RACKS)
+    if n < 1:
+        raise SweepError([f"{names.racks} must be at least 1 (got {n})"])
     return GPUCluster.uniform(name=f"nvl72-x{n}", racks_per_region=n)
 
 
-def _jobs(options: CellOptions, cluster: GPUCluster, trace_path: Path | None) -> tuple[list[Any], int]:
+def _jobs(
+    options: CellOptions, cluster: GPUCluster, trace_path: Path | None, names: Names
+) -> tuple[list[Any], TraceLoad | None]:
     from rackscale.workloads import SyntheticConfig, load_trace, synthetic_jobs
 
-    skipped = 0
+    if options.trace is not None and options.jobs_file is not None:
+        raise SweepError([f"give either {names.trace} or {names.jobs_file}, not both"])
+    loaded = None
     if options.trace is not None:
         fmt = options.trace.partition(":")[0]
         spec = f"{fmt}:{trace_path}" if trace_path is not None else options.trace
@@ -111,7 +152,7 @@ def _jobs(options: CellOptions, cluster: GPUCluster, trace_path: Path | None) ->
             on_error="reject" if options.strict else "skip",
             tenant_map=options.tenant_map,
         )
-        jobs, skipped = list(loaded.jobs), len(loaded.skipped)
+        jobs = list(loaded.jobs)
     elif options.jobs_file is not None:
         from rackscale.loaders import load_jobs
 
@@ -128,27 +169,36 @@ def _jobs(options: CellOptions, cluster: GPUCluster, trace_path: Path | None) ->
             )
         )
     if not jobs:
-        raise SweepError(["the workload has no jobs (check duration_h and the trace's time window)"])
-    return jobs, skipped
+        raise SweepError([f"the workload has no jobs (check {names.duration} and the trace's time window)"])
+    return jobs, loaded
 
 
-def _config(options: CellOptions, cluster: GPUCluster) -> SimConfig:
+def _config(options: CellOptions, cluster: GPUCluster, names: Names) -> SimConfig:
+    from rackscale.host.drains import DrainError
     from rackscale.sim.faults import FaultConfig
     from rackscale.sim.maintenance import parse_window
     from rackscale.sim.schedules import DEFAULT_START_EPOCH, parse_start_time, read_schedule_file
 
-    windows = tuple(parse_window(w) for w in options.maintenance)  # validated with the document
+    try:  # a sweep document has checked these already; simulate's flags come here unchecked
+        windows = tuple(parse_window(w) for w in options.maintenance)
+    except DrainError as e:
+        raise SweepError([f"{names.maintenance}: {e}"]) from None
     racks = {r.name for r in cluster.racks}
     for w in windows:
         if w.rack not in racks:
-            raise SweepError([f"maintenance: no rack named {w.rack!r} in this cluster"])
+            raise SweepError([f"{names.maintenance}: no rack named {w.rack!r} in this cluster"])
+    try:
+        start = parse_start_time(options.start_time) if options.start_time is not None else DEFAULT_START_EPOCH
+    except ValueError as e:
+        raise SweepError([f"{names.start_time}: {e}"]) from None
     schedules: dict[str, Any] = {}
     for f in options.schedules:
         for s in read_schedule_file(Path(f)):
             if s.name in schedules:
-                raise SweepError([f"schedules {f}: a second schedule named {s.name!r}"])
+                raise SweepError(
+                    [f"{names.schedules} {f}: a second schedule named {s.name!r}; give each its own metadata.name"]
+                )
             schedules[s.name] = s
-    start = parse_start_time(options.start_time) if options.start_time is not None else DEFAULT_START_EPOCH
     return SimConfig(
         policy=options.policy,
         seed=options.seed,
