@@ -91,3 +91,22 @@ def test_a_step_that_waits_on_the_backend_is_not_paced(tmp_path: Path) -> None:
     assert len(spans) >= 2
     gaps = [start - end for (_, end), (start, _) in itertools.pairwise(spans)]
     assert min(gaps) < 0.1, f"rested {min(gaps):.3f} s after a step that only waited"
+
+
+@pytest.mark.parametrize("value", [0.0, -0.5, 1.5, float("nan")], ids=["zero", "negative", "over-one", "nan"])
+def test_serve_refuses_a_max_busy_outside_0_1_naming_the_flag(tmp_path: Path, value: float) -> None:
+    from rackscale.service.app import ServiceConfig, ServiceConfigError, build_service
+
+    with pytest.raises(ServiceConfigError, match=r"--cycle-max-busy must be in \(0, 1\]"):
+        build_service(ServiceConfig(data_dir=tmp_path, cluster=small_cluster(), max_busy=value), start=False)
+    assert not (tmp_path / "rackscale.db").exists()  # refused before the store was opened
+
+
+def test_serve_passes_max_busy_to_the_runner(tmp_path: Path) -> None:
+    from rackscale.service.app import ServiceConfig, build_service
+
+    svc = build_service(ServiceConfig(data_dir=tmp_path, cluster=small_cluster(), max_busy=0.2), start=False)
+    try:
+        assert svc.ctx.runner.max_busy == 0.2
+    finally:
+        svc.close()

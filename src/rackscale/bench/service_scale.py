@@ -151,6 +151,7 @@ def run_scale_benchmark(
     seed: int = 0,
     page_load_count: int = 3,
     list_every: float = 0.1,
+    cycle_max_busy: float | None = None,
     chromium: str | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Result:
@@ -158,7 +159,8 @@ def run_scale_benchmark(
     say = log or (lambda _msg: None)
     workers = max(1, min(workers, concurrency))
     tmp = Path(tempfile.mkdtemp(prefix="rackscale-bench-scale-"))
-    server = ServerProcess(tmp / "data", free_port(), speed=speed, racks=racks)
+    extra = [] if cycle_max_busy is None else ["--cycle-max-busy", f"{cycle_max_busy:g}"]
+    server = ServerProcess(tmp / "data", free_port(), speed=speed, racks=racks, extra=extra)
     port_file = tmp / "port"
     port_file.write_text(str(server.port))
     try:

@@ -374,6 +374,15 @@ def service(
             min=0.0,
         ),
     ] = 0.1,
+    cycle_max_busy: Annotated[
+        float | None,
+        typer.Option(
+            "--cycle-max-busy",
+            help="Scale mode: the served process's `serve --cycle-max-busy` (default: serve's own, 0.5).",
+            min=0.05,
+            max=1.0,
+        ),
+    ] = None,
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
 ) -> None:
     """Load (and crash) `rackscale serve` over loopback: submissions/s, submit latency, placements; with
@@ -406,6 +415,7 @@ def service(
             seed,
             page_loads,
             list_every,
+            cycle_max_busy,
             output,
             err,
         )
@@ -442,6 +452,7 @@ def _service_scale(
     seed: int,
     page_loads: int,
     list_every: float,
+    cycle_max_busy: float | None,
     output: str,
     err: Console,
 ) -> None:
@@ -465,6 +476,7 @@ def _service_scale(
         seed=seed,
         page_load_count=page_loads,
         list_every=list_every,
+        cycle_max_busy=cycle_max_busy,
         chromium=chromium,
         log=lambda msg: err.print(msg, highlight=False),
     )

@@ -173,6 +173,16 @@ def serve(
             max=600.0,
         ),
     ] = 5.0,
+    cycle_max_busy: Annotated[
+        float,
+        typer.Option(
+            "--cycle-max-busy",
+            help="The most of the wall clock the scheduling steps may take (0-1]: after a step of d CPU-seconds "
+            "the runner rests d*(1-x)/x, so a big backlog's long cycles leave the API the rest (1: unpaced).",
+            min=0.05,
+            max=1.0,
+        ),
+    ] = 0.5,
     init: Annotated[
         bool,
         typer.Option(
@@ -278,6 +288,7 @@ def serve(
         ha=ha,
         replica_id=replica_id,
         lease_seconds=lease_seconds,
+        max_busy=cycle_max_busy,
     )
     umask = os.umask(0o077)  # the store, the generated token and logs: readable by the service user only
     try:

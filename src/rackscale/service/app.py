@@ -50,6 +50,7 @@ class ServiceConfig:
     policy: str = "rackscale"
     max_body_bytes: int = DEFAULT_MAX_BODY
     interval_s: float = 0.05
+    max_busy: float = 0.5  # the most of the wall clock the runner's steps take (Runner.max_busy)
     # Without tokens_file: a random admin token is generated (kept 0600 in data_dir) unless no_auth.
     no_auth: bool = False
     allowed_hosts: tuple[str, ...] = ()  # Host header values accepted besides loopback names and `host`
@@ -181,6 +182,8 @@ def refuse_orphans(store: Store, backend: Backend) -> None:
 
 def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
     """Everything but the HTTP server. Raises ServiceConfigError with a message a user can act on."""
+    if not 0.0 < config.max_busy <= 1.0:
+        raise ServiceConfigError(f"--cycle-max-busy must be in (0, 1], not {config.max_busy} (1: steps back to back)")
     tokens = TokenTable.load(config.tokens_file) if config.tokens_file is not None else None
     if tokens is None and not is_loopback(config.host):
         raise ServiceConfigError(
@@ -212,7 +215,16 @@ def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
     live = LiveCluster(cluster, policy=config.policy)
     metrics = Metrics()
     autoscaler = LiveAutoscaler(source=PrometheusSource(config.prometheus_url)) if config.prometheus_url else None
-    runner = Runner(live, store, backend, clock, observer=metrics, interval_s=config.interval_s, autoscaler=autoscaler)
+    runner = Runner(
+        live,
+        store,
+        backend,
+        clock,
+        observer=metrics,
+        interval_s=config.interval_s,
+        autoscaler=autoscaler,
+        max_busy=config.max_busy,
+    )
     metrics.attach(runner)
     storage_task = StorageTask(config.storage) if config.storage is not None else None
     if storage_task is not None:
