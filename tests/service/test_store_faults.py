@@ -18,12 +18,10 @@ import errno
 import logging
 import os
 import pwd
-import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,8 +30,8 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import event
+from tests.service import postgres
 from tests.service.conftest import HandClock, LiveService, serve_in_thread, small_cluster, wait_for
-from tests.service.postgres import INSTALL_HINT, postgres_server
 
 from rackscale.backends.sim import SimBackend
 from rackscale.model.placement import NodeAlloc, Placement
@@ -602,36 +600,8 @@ def test_a_backend_poll_or_stop_that_raises_is_counted_and_the_step_goes_on(
 
 
 # ---------------------------------------------------------------------- PostgreSQL
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    try:
-        import psycopg  # noqa: F401
-    except ImportError as e:
-        raise AssertionError(f"psycopg is missing: {INSTALL_HINT}") from e
-    root = Path(tempfile.mkdtemp(prefix="rackscale-pg-"))  # not under pytest's 0700 tmp dir (see test_postgres)
-    try:
-        with postgres_server(root) as url:
-            yield url
-            # Stopped here with pg_ctl: as root the server runs under runuser, which does not pass on the
-            # fixture's SIGINT (it then waits 20 s before SIGKILL).
-            as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-            pg_ctl = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))[-1]
-            subprocess.run(
-                [*as_user, str(pg_ctl), "-D", str(root / "pgdata"), "stop", "-m", "fast", "-w"],
-                check=False,
-                capture_output=True,
-            )
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture
-def pg(pg_url: str) -> Iterator[Store]:
-    store = Store(pg_url)
-    with store.engine.begin() as c:
-        c.exec_driver_sql("TRUNCATE jobs, events, meta RESTART IDENTITY")
-    yield store
-    store.close()
+# The module's server and a store emptied before each test (tests/service/postgres.py).
+pg_url, pg = postgres.pg_url, postgres.pg_store
 
 
 def test_postgresql_an_over_long_name_fails_alone_and_its_batch_commits(pg: Store) -> None:
