@@ -25,8 +25,10 @@ from tests.service import postgres
 from tests.service.conftest import HandClock, small_cluster, wait_for
 
 from rackscale.backends.sim import SimBackend
+from rackscale.host.drains import HoldOrder, NodeHold
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.workload import JobSpec
+from rackscale.service.holds_store import encode_hold, hold_key
 from rackscale.service.leader import Elector, LeaseTiming
 from rackscale.service.live import SCHEDULED, Change, LiveCluster
 from rackscale.service.pickup import StorePickup
@@ -125,7 +127,7 @@ def _runner(store: Store, guard: Guard) -> tuple[Runner, Recording]:
     backend = Recording(cluster)
     runner = Runner(LiveCluster(cluster), store, backend, HandClock(), interval_s=0.01)  # type: ignore[arg-type]
     runner.guard = guard
-    runner.pickup = StorePickup(store, every_s=0.0)
+    runner.pickup = StorePickup(store, every_s=0.0, node_names=[n.name for n in cluster.nodes])
     return runner, backend
 
 
@@ -158,6 +160,39 @@ def test_a_cancel_through_another_replica_stops_the_running_job(pg_store: Store)
     pg_store.cancel("c", 1.0)  # the other replica's API: the store only
     runner.step()
     assert backend.running() == frozenset()
+
+
+def test_a_drain_through_another_replica_stops_the_job_and_its_uncordon_frees_the_node(pg_store: Store) -> None:
+    """The hold rows are the truth: what another replica's API committed reaches the leader's host."""
+    assert elector(pg_store, "x", Mono()).tick(service_time=0.0)
+    runner, backend = _runner(pg_store, Guard(generation=1, acting=True))
+    pg_store.insert_job(name="d", queue="q", kind="training", gpus=4, priority=0, doc=_doc("d"), submitted=0.0)
+    runner.step()
+    (node,) = set(runner.live.state.running["d"].placement.nodes)
+    name = runner.live.cluster.nodes[node].name
+    pg_store.set_meta(hold_key(name), encode_hold(NodeHold(reason="firmware", since=0.0, deadline=0.0)))
+    runner.step()
+    assert runner.live.holds == {node: NodeHold(reason="firmware", since=0.0, deadline=0.0)}
+    # Stopped, requeued and placed again in the same step, on another node of the rack.
+    assert backend.starts == ["d", "d"]
+    assert node not in runner.live.state.running["d"].placement.nodes
+    pg_store.delete_meta(hold_key(name))
+    runner.step()
+    assert runner.live.holds == {}
+    assert runner.live.state.node_cordoned[node] is False
+
+
+def test_a_leaders_stale_hold_order_is_not_applied_over_the_store(pg_store: Store) -> None:
+    """An order still on its way (a drain, since uncordoned in the store) must not stop the job: with
+    replicas, the runner applies the stored holds only."""
+    assert elector(pg_store, "x", Mono()).tick(service_time=0.0)
+    runner, backend = _runner(pg_store, Guard(generation=1, acting=True))
+    pg_store.insert_job(name="s", queue="q", kind="training", gpus=4, priority=0, doc=_doc("s"), submitted=0.0)
+    runner.step()
+    (node,) = set(runner.live.state.running["s"].placement.nodes)
+    runner.held(HoldOrder(((node, NodeHold(reason="old", since=0.0, deadline=0.0)),)))  # no row: uncordoned since
+    runner.step()
+    assert runner.live.holds == {} and backend.running() == {"s"}
 
 
 # ------------------------------------------------------------------------------------------ real replicas

@@ -159,7 +159,7 @@ class HighAvailability:
         try:
             resume = max(self.store.latest_time() or 0.0, self.runner.clock.now())
             live = self.new_live() if self._led else self.runner.live
-            self.runner.pickup = StorePickup(self.store)
+            self.runner.pickup = StorePickup(self.store, node_names=[n.name for n in self.runner.live.cluster.nodes])
             self.recovered = self.runner.take_over(live, ServiceClock(speed=self.speed, resume_from=resume))
             self.on_promote()
         except Exception as e:  # cannot lead (the store failed meanwhile): let another replica

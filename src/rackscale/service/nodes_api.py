@@ -12,23 +12,23 @@ grace ran out while the service was down stops its jobs in the first step). The 
 
 # No `from __future__ import annotations` here: FastAPI reads the route signatures at run time.
 import asyncio
-import hashlib
+import contextlib
 import json
 import threading
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 
 from rackscale.host.drains import DrainError, HoldOrder, HoldVerb, NodeHold, grace_seconds, merged
 from rackscale.model.text import char_name, first_bad_char
 from rackscale.service.auth import Principal
 from rackscale.service.context import HttpProblem, ServiceContext, authenticate
-from rackscale.service.store import Store, StoreUnavailable, meta
+from rackscale.service.holds_store import encode_hold, hold_key, stored_holds
+from rackscale.service.store import StoreUnavailable
 from rackscale.service.views import ErrorOut
 
-PREFIX = "hold:"
 RETRY_AFTER_S = "5"
 
 
@@ -62,44 +62,6 @@ class HoldList(BaseModel):
     items: list[HoldOut]
 
 
-def hold_key(node: str) -> str:
-    """The meta key of a node's hold (the key column holds 64 characters: a long name is hashed)."""
-    key = PREFIX + node
-    return key if len(key) <= 64 else PREFIX + "#" + hashlib.sha256(node.encode()).hexdigest()[:40]
-
-
-def _encode(hold: NodeHold | None) -> str:
-    if hold is None:
-        return ""
-    return json.dumps({"reason": hold.reason, "since": hold.since, "deadline": hold.deadline})
-
-
-def _decode(value: str) -> NodeHold | None:
-    if not value:
-        return None
-    d = json.loads(value)
-    deadline = d.get("deadline")
-    return NodeHold(
-        reason=str(d.get("reason", "")),
-        since=float(d["since"]),
-        deadline=None if deadline is None else float(deadline),
-    )
-
-
-def stored_holds(store: Store, node_names: list[str]) -> dict[int, NodeHold]:
-    """The holds the store has, by node index (a row of a node the cluster no longer has is ignored)."""
-    by_key = {hold_key(name): n for n, name in enumerate(node_names)}
-    with store.reader.connect() as c:
-        rows = c.execute(select(meta.c.key, meta.c.value).where(meta.c.key.like(PREFIX + "%"))).all()
-    out: dict[int, NodeHold] = {}
-    for key, value in rows:
-        n = by_key.get(key)
-        hold = _decode(value) if n is not None else None
-        if n is not None and hold is not None:
-            out[n] = hold
-    return out
-
-
 def restore_holds(ctx: ServiceContext) -> dict[int, NodeHold]:
     """Hand the stored holds to the runner (at start-up, after its recovery restored the running jobs)."""
     holds = stored_holds(ctx.store, [n.name for n in ctx.runner.live.cluster.nodes])
@@ -113,6 +75,7 @@ def mount_nodes(app: FastAPI, ctx: ServiceContext) -> None:
     live = ctx.runner.live
     cluster = live.cluster
     node_by_name = {n.name: n.index for n in cluster.nodes}
+    node_names = [n.name for n in cluster.nodes]
     rack_by_name = {r.name: r.index for r in cluster.racks}
     # What the store holds, kept here too: a request merges with it under the lock (read, merge, write).
     current = restore_holds(ctx)
@@ -140,6 +103,13 @@ def mount_nodes(app: FastAPI, ctx: ServiceContext) -> None:
         if body.grace is not None and verb is not HoldVerb.DRAIN:
             raise HttpProblem(422, [{"loc": ["body", "grace"], "msg": "only a drain has a grace", "fix": "drop it"}])
         with lock:
+            # What the store has now, not only what this process wrote: with replicas (--ha) another one's
+            # API may have held these nodes. A store that cannot read keeps the last known (its write below
+            # answers 503 then).
+            with contextlib.suppress(SQLAlchemyError):
+                fresh = stored_holds(ctx.store, node_names)
+                current.clear()
+                current.update(fresh)
             now = ctx.runner.clock.now()
             new = [(n, merged(current.get(n), verb, now=now, reason=body.reason, grace_s=grace)) for n in nodes]
             written: list[int] = []
@@ -150,7 +120,7 @@ def mount_nodes(app: FastAPI, ctx: ServiceContext) -> None:
                         if hold is None:  # no row, not an empty one (an older empty row reads as no hold)
                             ctx.store.delete_meta(key)
                         else:
-                            ctx.store.set_meta(key, _encode(hold))
+                            ctx.store.set_meta(key, encode_hold(hold))
                         written.append(n)
             except StoreUnavailable as e:  # the nodes written so far are committed: hand those on
                 done = [(n, h) for n, h in new if n in written]

@@ -14,8 +14,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from rackscale.host.drains import NodeHold
+from rackscale.service.holds_store import stored_holds
 from rackscale.service.store import PENDING, JobRow, Store
 
 EVERY_S = 0.5  # how often a leader looks (a standby's submission starts this much later at most)
@@ -27,6 +29,9 @@ START_WINDOW = 1000  # events read back from the last id at a takeover (cancels 
 class Picked:
     pending: list[JobRow]  # PENDING runs above the floor (the runner skips the ones it has)
     cancels: list[tuple[str, int | None]]  # (job, run) of cancellations above the floor
+    # Every node hold the store has (a few rows: read whole). The runner applies where they differ from its
+    # own: a cordon or drain another replica's API committed.
+    holds: dict[int, NodeHold] = field(default_factory=dict)
 
 
 class _Floor:
@@ -50,11 +55,14 @@ class StorePickup:
         self,
         store: Store,
         *,
+        node_names: list[str] | None = None,
         every_s: float = EVERY_S,
         grace_s: float = GRACE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store, self.every_s, self._clock = store, every_s, clock
+        self.node_names = node_names or []  # the cluster's, in index order (holds are stored by node name)
+        self.soon = False  # read at the next step, due or not (this replica's API committed a hold)
         # Runs: from the start (the first read finds what recovery loaded, and skips it); events: from a
         # little before the last one (the cancels before it are in the rows recovery read).
         self._jobs = _Floor(0, grace_s, clock)
@@ -62,16 +70,17 @@ class StorePickup:
         self._last = -float("inf")
 
     def due(self) -> bool:
-        return self._clock() - self._last >= self.every_s
+        return self.soon or self._clock() - self._last >= self.every_s
 
     def read(self) -> Picked:
         """Store I/O: called outside the runner's lock."""
-        self._last = self._clock()
+        self._last, self.soon = self._clock(), False
         pending = self.store.jobs(status=[PENDING], after=self._jobs.value, limit=10**9)
         cancels = self.store.cancels_since(self._events.value)
+        holds = stored_holds(self.store, self.node_names) if self.node_names else {}
         self._jobs.saw(max((r.seq for r in pending), default=0))
         self._events.saw(max((i for i, _, _ in cancels), default=0))
-        return Picked(pending=pending, cancels=[(job, run) for _, job, run in cancels])
+        return Picked(pending=pending, cancels=[(job, run) for _, job, run in cancels], holds=holds)
 
 
 __all__ = ["EVERY_S", "GRACE_S", "Picked", "StorePickup"]

@@ -111,7 +111,7 @@ class Runner:
         self.observer = observer
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
-        # The most of the wall clock steps may take (0-1]: after a step of d CPU-seconds the runner rests
+        # The most of the wall clock steps may take (0-1]: after a step of d seconds of work the runner rests
         # d * (1 - max_busy) / max_busy, at least min_gap_s. Under a big backlog a cycle is ~0.2 s of Python
         # holding the GIL; run back to back they leave the API's event loop the gaps between GIL switches
         # (submissions at 1,000/s waited seconds). KAI-Scheduler and Volcano run a cycle a period (1 s).
@@ -180,8 +180,15 @@ class Runner:
         self._wake.set()
 
     def held(self, order: HoldOrder) -> None:
-        """Node holds (cordon, drain, uncordon) the store has committed (rackscale.service.nodes_api)."""
-        self._inbox.append(order)
+        """Node holds (cordon, drain, uncordon) the store has committed (rackscale.service.nodes_api).
+
+        A leader of replicas (``pickup`` set) takes the holds from the store instead, every replica's alike
+        (``_picked``): the order only asks for the read at the next step. Applying it too could go back in
+        time: a read already newer than an order still in the inbox, a drain applied after its uncordon."""
+        if self.pickup is not None:
+            self.pickup.soon = True
+        else:
+            self._inbox.append(order)
         self._wake.set()
 
     def scheduled(self, order: ScheduleOrder) -> None:
@@ -239,7 +246,9 @@ class Runner:
         cluster (what this replica knew when it last led is stale) and the clock resumed from the leader's."""
         with self._stepping, self.lock:
             self.live, self.clock = live, clock
-            self._inbox = deque(m for m in self._inbox if isinstance(m, HoldOrder | ScheduleOrder))
+            # A schedule put through this replica's API while it stood by is kept; its holds are not: the
+            # pickup reads them all from the store at the first step (``held``).
+            self._inbox = deque(m for m in self._inbox if isinstance(m, ScheduleOrder))
             self._runs.clear()
             self._unsaved, self.unhealthy, self.fenced = None, None, None
             self._start_failures, self._stops = [], []
@@ -292,16 +301,20 @@ class Runner:
             self._wake.clear()
             if self._stop.is_set():
                 break
-            began = time.thread_time()  # the step's own CPU (a backend's I/O waits hold no GIL: not paced)
+            # Paced by the step's work, not its waits on a backend (sbatch, a process start hold no GIL): its
+            # thread's CPU, or the cycle's wall time when longer (a cycle waits for the GIL it then holds).
+            began = time.thread_time()
+            self._cycle_seconds = None
             try:
                 self.step()
             except Exception as e:  # a bug must not stop the cluster: say it, count it, go on
                 self.errors += 1
                 log.exception("runner step failed: %s", e)
-            self._stop.wait(self.rest_after(time.thread_time() - began))  # submissions batch up into one cycle
+            busy = max(time.thread_time() - began, self._cycle_seconds or 0.0)
+            self._stop.wait(self.rest_after(busy))  # submissions batch up into one cycle meanwhile
 
     def rest_after(self, step_s: float) -> float:
-        """How long the runner rests after a step that took ``step_s`` of its thread's CPU (``max_busy``)."""
+        """How long the runner rests after a step whose work took ``step_s`` (``max_busy``)."""
         return max(self.min_gap_s, step_s * (1.0 - self.max_busy) / self.max_busy)
 
     # ------------------------------------------------------------------ one step
@@ -496,6 +509,14 @@ class Runner:
         for name, run in picked.cancels:
             if run is not None and self._runs.get(name) == run:
                 self._drop(name, now)
+        have = self.live.holds
+        changed = [
+            (n, picked.holds.get(n))
+            for n in sorted(set(have) | set(picked.holds))
+            if picked.holds.get(n) != have.get(n)
+        ]
+        if changed:  # first in the step's inbox: its changes (a drain due now stops its jobs) are the step's
+            self._inbox.appendleft(HoldOrder(tuple(changed)))
 
     def _drop(self, name: str, now: float) -> None:
         """Forget a job the store has cancelled (no change to commit: the store says so already); a running
