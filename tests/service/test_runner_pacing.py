@@ -73,6 +73,28 @@ def test_the_loop_rests_after_slow_steps_even_when_woken(tmp_path: Path) -> None
     assert len(spans) <= 6  # unpaced, the same second holds about 16 steps
 
 
+def test_a_cycle_slowed_by_the_gil_is_paced_by_its_wall_time(tmp_path: Path) -> None:
+    """A cycle waits for the GIL between its slices (the API holds it meanwhile): its thread's CPU is less
+    than its time, and the cycle's own measured time (``_cycle_seconds``) is what paces it."""
+    runner = _runner(tmp_path, max_busy=0.25, min_gap_s=0.01, interval_s=0.01)
+    spans: list[tuple[float, float]] = []
+
+    def gil_bound_step() -> list[object]:
+        t0 = time.monotonic()
+        time.sleep(0.05)  # no CPU of its own, but a cycle of 50 ms as the runner measures it
+        runner._cycle_seconds = 0.05
+        spans.append((t0, time.monotonic()))
+        return []
+
+    runner.step = gil_bound_step  # type: ignore[method-assign]
+    runner.start()
+    time.sleep(0.8)
+    runner.stop()
+    assert len(spans) >= 2
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert start - end >= 0.9 * 3 * 0.05, f"rested only {start - end:.3f} s after a 50 ms cycle"
+
+
 def test_a_step_that_waits_on_the_backend_is_not_paced(tmp_path: Path) -> None:
     """A step that spends 50 ms waiting (sbatch, a process start: no CPU, no GIL held) rests only the gap."""
     runner = _runner(tmp_path, max_busy=0.25, min_gap_s=0.01, interval_s=0.01)

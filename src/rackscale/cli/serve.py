@@ -177,8 +177,8 @@ def serve(
         float,
         typer.Option(
             "--cycle-max-busy",
-            help="The most of the wall clock the scheduling steps may take (0-1]: after a step of d CPU-seconds "
-            "the runner rests d*(1-x)/x, so a big backlog's long cycles leave the API the rest (1: unpaced).",
+            help="The most of the wall clock the scheduling steps may take (0-1]: after a step whose cycle took d "
+            "seconds the runner rests d*(1-x)/x, so a big backlog's long cycles leave the API the rest (1: unpaced).",
             min=0.05,
             max=1.0,
         ),
