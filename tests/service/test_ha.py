@@ -26,6 +26,8 @@ from tests.service.conftest import HandClock, small_cluster, wait_for
 
 from rackscale.backends.sim import SimBackend
 from rackscale.host.drains import HoldOrder, NodeHold
+from rackscale.host.scaling import ScalingSchedule
+from rackscale.host.scaling_docs import parse_schedule
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.workload import JobSpec
 from rackscale.service.holds_store import encode_hold, hold_key
@@ -33,6 +35,7 @@ from rackscale.service.leader import Elector, LeaseTiming
 from rackscale.service.live import SCHEDULED, Change, LiveCluster
 from rackscale.service.pickup import StorePickup
 from rackscale.service.runner import Runner
+from rackscale.service.schedules_store import Record, schedule_key
 from rackscale.service.store import Store
 from rackscale.service.store.lease import Fenced, read_lease
 
@@ -193,6 +196,33 @@ def test_a_leaders_stale_hold_order_is_not_applied_over_the_store(pg_store: Stor
     runner.held(HoldOrder(((node, NodeHold(reason="old", since=0.0, deadline=0.0)),)))  # no row: uncordoned since
     runner.step()
     assert runner.live.holds == {} and backend.running() == {"s"}
+
+
+def _schedule(cron: str) -> ScalingSchedule:
+    return parse_schedule(
+        {
+            "apiVersion": "rackscale.io/v1",
+            "kind": "ScalingSchedule",
+            "metadata": {"name": "nights"},
+            "spec": {"target": {"queue": "batch"}, "steps": [{"cron": cron, "quotaGpus": 8}]},
+        },
+        source="test",
+    )
+
+
+def test_a_schedule_through_another_replica_reaches_the_leaders_host_and_its_delete_too(pg_store: Store) -> None:
+    assert elector(pg_store, "x", Mono()).tick(service_time=0.0)
+    runner, _ = _runner(pg_store, Guard(generation=1, acting=True))
+    first, second = _schedule("0 22 * * *"), _schedule("0 23 * * *")
+    for s in (first, second):  # a put, then a replacing put, by the other replica's API: rows only
+        pg_store.set_meta(schedule_key("nights"), Record(s).encode())
+        runner.step()
+        assert runner.live.schedules["nights"].schedule == s
+        rec = runner.schedules.get("nights")
+        assert rec is not None and rec.schedule == s  # the leader's GET /v1/schedules shows it too
+    pg_store.delete_meta(schedule_key("nights"))
+    runner.step()
+    assert "nights" not in runner.live.schedules and runner.schedules.get("nights") is None
 
 
 # ------------------------------------------------------------------------------------------ real replicas

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from rackscale.host.drains import NodeHold
 from rackscale.service.holds_store import stored_holds
+from rackscale.service.schedules_store import Record, stored_records
 from rackscale.service.store import PENDING, JobRow, Store
 
 EVERY_S = 0.5  # how often a leader looks (a standby's submission starts this much later at most)
@@ -32,6 +33,8 @@ class Picked:
     # Every node hold the store has (a few rows: read whole). The runner applies where they differ from its
     # own: a cordon or drain another replica's API committed.
     holds: dict[int, NodeHold] = field(default_factory=dict)
+    # Every schedule row (the runner makes its records and its host's schedules what they say).
+    schedules: dict[str, Record] | None = None
 
 
 class _Floor:
@@ -78,9 +81,12 @@ class StorePickup:
         pending = self.store.jobs(status=[PENDING], after=self._jobs.value, limit=10**9)
         cancels = self.store.cancels_since(self._events.value)
         holds = stored_holds(self.store, self.node_names) if self.node_names else {}
+        schedules = stored_records(self.store)
         self._jobs.saw(max((r.seq for r in pending), default=0))
         self._events.saw(max((i for i, _, _ in cancels), default=0))
-        return Picked(pending=pending, cancels=[(job, run) for _, job, run in cancels], holds=holds)
+        return Picked(
+            pending=pending, cancels=[(job, run) for _, job, run in cancels], holds=holds, schedules=schedules
+        )
 
 
 __all__ = ["EVERY_S", "GRACE_S", "Picked", "StorePickup"]

@@ -192,8 +192,12 @@ class Runner:
         self._wake.set()
 
     def scheduled(self, order: ScheduleOrder) -> None:
-        """A schedule put or deleted, committed by the store (rackscale.service.schedules_api)."""
-        self._inbox.append(order)
+        """A schedule put or deleted, committed by the store (rackscale.service.schedules_api). A leader of
+        replicas reads the rows instead (as for ``held``)."""
+        if self.pickup is not None:
+            self.pickup.soon = True
+        else:
+            self._inbox.append(order)
         self._wake.set()
 
     @contextmanager
@@ -246,9 +250,9 @@ class Runner:
         cluster (what this replica knew when it last led is stale) and the clock resumed from the leader's."""
         with self._stepping, self.lock:
             self.live, self.clock = live, clock
-            # A schedule put through this replica's API while it stood by is kept; its holds are not: the
-            # pickup reads them all from the store at the first step (``held``).
-            self._inbox = deque(m for m in self._inbox if isinstance(m, ScheduleOrder))
+            # Neither the holds nor the schedules put through this replica's API while it stood by: the
+            # pickup reads them all from the store at the first step (``held``, ``scheduled``).
+            self._inbox.clear()
             self._runs.clear()
             self._unsaved, self.unhealthy, self.fenced = None, None, None
             self._start_failures, self._stops = [], []
@@ -517,6 +521,8 @@ class Runner:
         ]
         if changed:  # first in the step's inbox: its changes (a drain due now stops its jobs) are the step's
             self._inbox.appendleft(HoldOrder(tuple(changed)))
+        if picked.schedules is not None:  # before this step fires what is due
+            self.schedules.reconcile(self.live, picked.schedules, now)
 
     def _drop(self, name: str, now: float) -> None:
         """Forget a job the store has cancelled (no change to commit: the store says so already); a running

@@ -98,6 +98,27 @@ def decode(value: str, *, source: str) -> Record:
     return Record(parse_schedule(d.get("doc"), source=source), [FireRecord.of(f) for f in d.get("history") or []])
 
 
+_unreadable: set[str] = set()  # rows already logged as not loading (the pick-up reads them every 0.5 s)
+
+
+def stored_records(store: Store) -> dict[str, Record]:
+    """The schedules the store has, by name; a row that no longer reads is logged (once) and skipped."""
+    with store.reader.connect() as c:
+        rows = c.execute(select(meta.c.key, meta.c.value).where(meta.c.key.like(PREFIX + "%"))).all()
+    out: dict[str, Record] = {}
+    for key, value in rows:
+        try:
+            rec = decode(value, source=f"meta row {key}")
+        except (ValueError, KeyError, TypeError) as e:
+            if key not in _unreadable:
+                _unreadable.add(key)
+                why = str(e).splitlines()[0] if isinstance(e, SpecError) else f"{type(e).__name__}: {e}"
+                log.error("schedule row %s does not load (%s): skipped; put the schedule again", key, why)
+            continue
+        out[rec.schedule.name] = rec
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class ScheduleOrder:
     """For the runner's inbox: put ``put`` (add or replace), or delete the schedule named ``delete``."""
@@ -142,21 +163,38 @@ class ScheduleKeeper:
 
     def restore(self) -> list[ScalingSchedule]:
         """Read the rows (at start-up); a row that no longer reads is logged and skipped, never fatal."""
-        with self.store.reader.connect() as c:
-            rows = c.execute(select(meta.c.key, meta.c.value).where(meta.c.key.like(PREFIX + "%"))).all()
-        out: list[ScalingSchedule] = []
+        stored = stored_records(self.store)
         with self.lock:
-            for key, value in rows:
-                try:
-                    rec = decode(value, source=f"meta row {key}")
-                except (ValueError, KeyError, TypeError) as e:
-                    why = str(e).splitlines()[0] if isinstance(e, SpecError) else f"{type(e).__name__}: {e}"
-                    log.error("schedule row %s does not load (%s): skipped; put the schedule again", key, why)
+            for name, rec in stored.items():
+                self.records[name] = rec
+                self._restored[name] = rec.last
+        return [rec.schedule for rec in stored.values()]
+
+    def reconcile(self, live: LiveCluster, stored: dict[str, Record], now: float) -> None:
+        """A leader of replicas (the runner's thread): make the records and the host's schedules what the
+        rows say, as puts and deletes through any replica's API left them. A schedule new here with fires
+        in its row is taken as a restored one (its step in force is not fired again); a changed document
+        is a new one (its step in force fires). A row whose write from here failed is left as it is here."""
+        with self.lock:
+            for name, rec in stored.items():
+                if name in self._unsaved:
                     continue
-                self.records[rec.schedule.name] = rec
-                self._restored[rec.schedule.name] = rec.last
-                out.append(rec.schedule)
-        return out
+                old = self.records.get(name)
+                if old is None:
+                    self._restored[name] = rec.last
+                elif old.schedule != rec.schedule:
+                    self._restored.pop(name, None)
+                if old is None or old.schedule != rec.schedule:
+                    self.records[name] = Record(rec.schedule, list(rec.history))
+            for name in [n for n in self.records if n not in stored and n not in self._unsaved]:
+                del self.records[name]
+            wanted = {name: r.schedule for name, r in self.records.items()}
+        for name, schedule in wanted.items():
+            held = live.schedules.get(name)
+            if held is None or held.schedule != schedule:
+                live.put_schedule(schedule, now=now)
+        for name in [n for n in live.schedules if n not in wanted]:
+            live.delete_schedule(name)
 
     def snapshot(self) -> list[Record]:
         with self.lock:
@@ -212,4 +250,13 @@ class ScheduleKeeper:
                 self._unsaved.discard(name)
 
 
-__all__ = ["HISTORY", "FireRecord", "Record", "ScheduleKeeper", "ScheduleOrder", "decode", "schedule_key"]
+__all__ = [
+    "HISTORY",
+    "FireRecord",
+    "Record",
+    "ScheduleKeeper",
+    "ScheduleOrder",
+    "decode",
+    "schedule_key",
+    "stored_records",
+]
