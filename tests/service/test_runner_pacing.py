@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -39,20 +40,44 @@ def test_rest_after_a_step(tmp_path: Path, max_busy: float, step_s: float, rest_
     assert runner.rest_after(step_s) == pytest.approx(rest_s)
 
 
-def test_the_loop_rests_after_slow_steps_even_when_woken(tmp_path: Path) -> None:
-    """Steps of 50 ms of CPU at max_busy 0.25 are 150 ms apart at least, though a submission wakes the loop at once
-    (it is woken here all the time)."""
+def _burn(runner: Runner) -> None:
+    """50 ms of the thread's CPU, as a cycle's Python is."""
+    cpu0 = time.thread_time()
+    while time.thread_time() - cpu0 < 0.05:
+        pass
+
+
+def _gil_bound(runner: Runner) -> None:
+    """No CPU of its own but a cycle of 50 ms as the runner measures it (it waited for the GIL it then held)."""
+    time.sleep(0.05)
+    runner._cycle_seconds = 0.05
+
+
+def _backend_wait(runner: Runner) -> None:
+    """50 ms waiting on a backend (sbatch, a process start): no CPU, no GIL held, no cycle."""
+    time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("work", "paced"),
+    [(_burn, True), (_gil_bound, True), (_backend_wait, False)],
+    ids=["cpu-bound-step", "cycle-slowed-by-the-gil", "step-waiting-on-the-backend"],
+)
+def test_the_loop_rests_after_a_steps_work_even_when_woken(
+    tmp_path: Path, work: Callable[[Runner], None], paced: bool
+) -> None:
+    """Steps of 50 ms of work at max_busy 0.25 are 150 ms apart at least, though submissions wake the loop
+    all the time; a step that only waited rests the minimum gap."""
     runner = _runner(tmp_path, max_busy=0.25, min_gap_s=0.01, interval_s=0.01)
     spans: list[tuple[float, float]] = []
 
-    def slow_step() -> list[object]:
-        t0, cpu0 = time.monotonic(), time.thread_time()
-        while time.thread_time() - cpu0 < 0.05:  # CPU, as a cycle is: a wait is not paced (next test)
-            pass
+    def step() -> list[object]:
+        t0 = time.monotonic()
+        work(runner)
         spans.append((t0, time.monotonic()))
         return []
 
-    runner.step = slow_step  # type: ignore[method-assign]
+    runner.step = step  # type: ignore[method-assign]
     stop = threading.Event()
 
     def wake() -> None:
@@ -63,56 +88,17 @@ def test_the_loop_rests_after_slow_steps_even_when_woken(tmp_path: Path) -> None
     waker = threading.Thread(target=wake)
     runner.start()
     waker.start()
-    time.sleep(1.0)
+    time.sleep(0.8)
     stop.set()
     waker.join()
     runner.stop()
-    assert len(spans) >= 2
-    for (_, end), (start, _) in itertools.pairwise(spans):
-        assert start - end >= 0.9 * 3 * 0.05, f"rested only {start - end:.3f} s after a 50 ms step"
-    assert len(spans) <= 6  # unpaced, the same second holds about 16 steps
-
-
-def test_a_cycle_slowed_by_the_gil_is_paced_by_its_wall_time(tmp_path: Path) -> None:
-    """A cycle waits for the GIL between its slices (the API holds it meanwhile): its thread's CPU is less
-    than its time, and the cycle's own measured time (``_cycle_seconds``) is what paces it."""
-    runner = _runner(tmp_path, max_busy=0.25, min_gap_s=0.01, interval_s=0.01)
-    spans: list[tuple[float, float]] = []
-
-    def gil_bound_step() -> list[object]:
-        t0 = time.monotonic()
-        time.sleep(0.05)  # no CPU of its own, but a cycle of 50 ms as the runner measures it
-        runner._cycle_seconds = 0.05
-        spans.append((t0, time.monotonic()))
-        return []
-
-    runner.step = gil_bound_step  # type: ignore[method-assign]
-    runner.start()
-    time.sleep(0.8)
-    runner.stop()
-    assert len(spans) >= 2
-    for (_, end), (start, _) in itertools.pairwise(spans):
-        assert start - end >= 0.9 * 3 * 0.05, f"rested only {start - end:.3f} s after a 50 ms cycle"
-
-
-def test_a_step_that_waits_on_the_backend_is_not_paced(tmp_path: Path) -> None:
-    """A step that spends 50 ms waiting (sbatch, a process start: no CPU, no GIL held) rests only the gap."""
-    runner = _runner(tmp_path, max_busy=0.25, min_gap_s=0.01, interval_s=0.01)
-    spans: list[tuple[float, float]] = []
-
-    def waiting_step() -> list[object]:
-        t0 = time.monotonic()
-        time.sleep(0.05)
-        spans.append((t0, time.monotonic()))
-        return []
-
-    runner.step = waiting_step  # type: ignore[method-assign]
-    runner.start()
-    time.sleep(0.6)
-    runner.stop()
-    assert len(spans) >= 2
     gaps = [start - end for (_, end), (start, _) in itertools.pairwise(spans)]
-    assert min(gaps) < 0.1, f"rested {min(gaps):.3f} s after a step that only waited"
+    assert gaps
+    if paced:
+        assert min(gaps) >= 0.9 * 3 * 0.05, f"rested only {min(gaps):.3f} s after 50 ms of work"
+        assert len(spans) <= 5  # unpaced, the same 0.8 s holds about 13 steps
+    else:
+        assert min(gaps) < 0.1, f"rested {min(gaps):.3f} s after a step that only waited"
 
 
 @pytest.mark.parametrize("value", [0.0, -0.5, 1.5, float("nan")], ids=["zero", "negative", "over-one", "nan"])
