@@ -31,7 +31,7 @@ from rackscale.host.scaling_docs import parse_schedule
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.workload import JobSpec
 from rackscale.service.holds_store import encode_hold, hold_key
-from rackscale.service.leader import Elector, LeaseTiming
+from rackscale.service.leader import Elector, HighAvailability, LeaseTiming, Role
 from rackscale.service.live import SCHEDULED, Change, LiveCluster
 from rackscale.service.pickup import StorePickup
 from rackscale.service.runner import Runner
@@ -196,6 +196,39 @@ def test_a_leaders_stale_hold_order_is_not_applied_over_the_store(pg_store: Stor
     runner.held(HoldOrder(((node, NodeHold(reason="old", since=0.0, deadline=0.0)),)))  # no row: uncordoned since
     runner.step()
     assert runner.live.holds == {} and backend.running() == {"s"}
+
+
+def test_a_standby_shows_the_leaders_committed_state_not_an_empty_model(pg_store: Store) -> None:
+    """The standby's picture (service/mirror.py): the leader's running job on its GPUs, a pending one, a
+    drained node; and it never acted (no backend call, no store write)."""
+    assert elector(pg_store, "a", Mono()).tick(service_time=0.0)
+    leader, _ = _runner(pg_store, Guard(generation=1, acting=True))
+    for name in ("m", "w"):
+        doc = {**_doc(name), "gpus": 4 * len(leader.live.cluster.nodes)} if name == "w" else _doc(name)
+        pg_store.insert_job(name=name, queue="q", kind="training", gpus=doc["gpus"], priority=0, doc=doc, submitted=0.0)
+    leader.step()
+    placed = leader.live.state.running["m"].placement
+    pg_store.set_meta(hold_key(leader.live.cluster.nodes[-1].name), encode_hold(NodeHold(reason="fw", since=0.0)))
+    events = len(pg_store.events("m"))
+
+    cluster = small_cluster(1)
+    backend = Recording(cluster)
+    standby = Runner(LiveCluster(cluster), pg_store, backend, HandClock(), interval_s=0.01)  # type: ignore[arg-type]
+    ha = HighAvailability(
+        store=pg_store,
+        runner=standby,
+        elector=elector(pg_store, "b", Mono()),
+        speed=1.0,
+        new_live=lambda: LiveCluster(cluster),
+    )
+    ha.tick()  # a holds the lease: b stands by, and builds its picture
+    assert ha.role is Role.STANDBY and ha.mirrored is not None
+    with standby.reading() as live:
+        assert live.state.running["m"].placement == placed
+        assert "w" in live.specs and "w" not in live.state.running  # waiting, as on the leader
+        assert live.state.node_cordoned[len(cluster.nodes) - 1]
+    assert (ha.mirrored.running, ha.mirrored.pending) == (1, 1)
+    assert backend.starts == [] and len(pg_store.events("m")) == events
 
 
 def _schedule(cron: str) -> ScalingSchedule:

@@ -25,12 +25,15 @@ from sqlalchemy.engine import Engine
 
 from rackscale.service.clock import ServiceClock
 from rackscale.service.live import LiveCluster
+from rackscale.service.mirror import Mirrored, build_mirror
 from rackscale.service.pickup import StorePickup
 from rackscale.service.runner import Runner
 from rackscale.service.store import Store
 from rackscale.service.store.lease import read_lease, release, take_or_renew
 
 log = logging.getLogger("rackscale.service.leader")
+MIRROR_EVERY_S = 5.0  # how often a standby rebuilds its picture of the cluster from the store
+MIRROR_COST = 5.0  # ...and at most 1/MIRROR_COST of its time goes to that (a big store takes seconds)
 
 
 class Role(StrEnum):
@@ -118,6 +121,10 @@ class HighAvailability:
         self.since = time.time()  # wall clock of the last change of role
         self.recovered: dict[str, int] = {}
         self._led = False  # whether this process led before (then its live cluster is stale)
+        # A standby's picture of the cluster, rebuilt from the store (service/mirror.py) every MIRROR_EVERY_S,
+        # and never more often than MIRROR_COST times its last build took.
+        self.mirrored: Mirrored | None = None
+        self._mirror_due = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         runner.guard, runner.leading = elector, False
@@ -158,7 +165,8 @@ class HighAvailability:
         t0 = time.monotonic()
         try:
             resume = max(self.store.latest_time() or 0.0, self.runner.clock.now())
-            live = self.new_live() if self._led else self.runner.live
+            # A fresh live cluster when this one led or mirrored: recovery fills an empty one.
+            live = self.new_live() if self._led or self.mirrored is not None else self.runner.live
             self.runner.pickup = StorePickup(self.store, node_names=[n.name for n in self.runner.live.cluster.nodes])
             self.recovered = self.runner.take_over(live, ServiceClock(speed=self.speed, resume_from=resume))
             self.on_promote()
@@ -196,6 +204,21 @@ class HighAvailability:
         leader_now = rec.service_time + (self.elector.timing.lease_s - rec.left_s) * self.speed
         if abs(self.runner.clock.now() - leader_now) > self.speed * 0.5:
             self.runner.clock = ServiceClock(speed=self.speed, resume_from=leader_now)
+        self._mirror()
+
+    def _mirror(self) -> None:
+        """Rebuild the standby's picture of the cluster from the store, when due (the election's thread; the
+        runner does not step on a standby, and readers see the swap under its lock)."""
+        if time.monotonic() < self._mirror_due:
+            return
+        live = self.new_live()
+        got = build_mirror(self.store, live, backend=self.runner.backend, now=self.runner.clock.now())
+        if self.role != Role.STANDBY:  # promoted meanwhile (cannot happen on this thread; cheap to be sure)
+            return
+        with self.runner.lock:
+            self.runner.live = live
+        self.mirrored = got
+        self._mirror_due = time.monotonic() + max(MIRROR_EVERY_S, MIRROR_COST * got.seconds)
 
     def status(self) -> dict[str, object]:
         return {
