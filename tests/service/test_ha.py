@@ -221,14 +221,23 @@ def test_a_standby_shows_the_leaders_committed_state_not_an_empty_model(pg_store
         speed=1.0,
         new_live=lambda: LiveCluster(cluster),
     )
-    ha.tick()  # a holds the lease: b stands by, and builds its picture
-    assert ha.role is Role.STANDBY and ha.mirrored is not None
+    ha.tick()  # a holds the lease: b stands by, and builds its picture (on a thread of its own)
+    assert ha.role is Role.STANDBY
+    wait_for(lambda: ha.mirrored is not None, what="the standby's picture")
+    assert ha.mirrored is not None
     with standby.reading() as live:
         assert live.state.running["m"].placement == placed
         assert "w" in live.specs and "w" not in live.state.running  # waiting, as on the leader
         assert live.state.node_cordoned[len(cluster.nodes) - 1]
     assert (ha.mirrored.running, ha.mirrored.pending) == (1, 1)
     assert backend.starts == [] and len(pg_store.events("m")) == events
+
+    # A build that finishes after this replica started leading is not swapped in over its live cluster.
+    before = standby.live
+    stale = ha._epoch
+    ha._epoch += 1  # what _promote does first
+    ha._build_mirror(stale)
+    assert standby.live is before
 
 
 def _schedule(cron: str) -> ScalingSchedule:

@@ -125,6 +125,8 @@ class HighAvailability:
         # and never more often than MIRROR_COST times its last build took.
         self.mirrored: Mirrored | None = None
         self._mirror_due = 0.0
+        self._mirroring = False  # a build runs (one at a time)
+        self._epoch = 0  # moved (under the runner's lock) when this replica starts leading: no swap after it
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         runner.guard, runner.leading = elector, False
@@ -163,6 +165,8 @@ class HighAvailability:
 
     def _promote(self) -> None:
         t0 = time.monotonic()
+        with self.runner.lock:  # a picture still being built is not swapped in over the leader's live cluster
+            self._epoch += 1
         try:
             resume = max(self.store.latest_time() or 0.0, self.runner.clock.now())
             # A fresh live cluster when this one led or mirrored: recovery fills an empty one.
@@ -207,18 +211,30 @@ class HighAvailability:
         self._mirror()
 
     def _mirror(self) -> None:
-        """Rebuild the standby's picture of the cluster from the store, when due (the election's thread; the
-        runner does not step on a standby, and readers see the swap under its lock)."""
-        if time.monotonic() < self._mirror_due:
+        """Start a rebuild of the standby's picture from the store when one is due. On a thread of its own:
+        at scale a build takes seconds (a store of 62,000 active jobs ~30 s), and the election must go on
+        trying the lease meanwhile, or a takeover would wait for it."""
+        if time.monotonic() < self._mirror_due or self._mirroring:
             return
-        live = self.new_live()
-        got = build_mirror(self.store, live, backend=self.runner.backend, now=self.runner.clock.now())
-        if self.role != Role.STANDBY:  # promoted meanwhile (cannot happen on this thread; cheap to be sure)
-            return
-        with self.runner.lock:
-            self.runner.live = live
-        self.mirrored = got
-        self._mirror_due = time.monotonic() + max(MIRROR_EVERY_S, MIRROR_COST * got.seconds)
+        self._mirroring = True
+        epoch = self._epoch
+        threading.Thread(target=self._build_mirror, args=(epoch,), name="rackscale-mirror", daemon=True).start()
+
+    def _build_mirror(self, epoch: int) -> None:
+        try:
+            live = self.new_live()
+            got = build_mirror(self.store, live, backend=self.runner.backend, now=self.runner.clock.now())
+            with self.runner.lock:  # readers see the swap at once; a promotion since (epoch moved) wins
+                if epoch != self._epoch or self.role != Role.STANDBY:
+                    return
+                self.runner.live = live
+            self.mirrored = got
+            self._mirror_due = time.monotonic() + max(MIRROR_EVERY_S, MIRROR_COST * got.seconds)
+        except Exception as e:  # the store failing meanwhile: the old picture stays, tried again later
+            log.warning("the standby's picture was not rebuilt: %s", e)
+            self._mirror_due = time.monotonic() + MIRROR_EVERY_S
+        finally:
+            self._mirroring = False
 
     def status(self) -> dict[str, object]:
         return {
