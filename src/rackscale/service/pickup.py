@@ -66,6 +66,7 @@ class StorePickup:
         self.store, self.every_s, self._clock = store, every_s, clock
         self.node_names = node_names or []  # the cluster's, in index order (holds are stored by node name)
         self.soon = False  # read at the next step, due or not (this replica's API committed a hold)
+        self._bad_schedules: set[str] = set()  # schedule rows that do not load, logged once
         # Runs: from the start (the first read finds what recovery loaded, and skips it); events: from a
         # little before the last one (the cancels before it are in the rows recovery read).
         self._jobs = _Floor(0, grace_s, clock)
@@ -81,7 +82,7 @@ class StorePickup:
         pending = self.store.jobs(status=[PENDING], after=self._jobs.value, limit=10**9)
         cancels = self.store.cancels_since(self._events.value)
         holds = stored_holds(self.store, self.node_names) if self.node_names else {}
-        schedules = stored_records(self.store)
+        schedules = stored_records(self.store, logged=self._bad_schedules)
         self._jobs.saw(max((r.seq for r in pending), default=0))
         self._events.saw(max((i for i, _, _ in cancels), default=0))
         return Picked(

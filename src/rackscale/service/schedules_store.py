@@ -98,11 +98,9 @@ def decode(value: str, *, source: str) -> Record:
     return Record(parse_schedule(d.get("doc"), source=source), [FireRecord.of(f) for f in d.get("history") or []])
 
 
-_unreadable: set[str] = set()  # rows already logged as not loading (the pick-up reads them every 0.5 s)
-
-
-def stored_records(store: Store) -> dict[str, Record]:
-    """The schedules the store has, by name; a row that no longer reads is logged (once) and skipped."""
+def stored_records(store: Store, *, logged: set[str] | None = None) -> dict[str, Record]:
+    """The schedules the store has, by name; a row that no longer reads is logged and skipped (once per
+    key when the caller keeps ``logged``: the pick-up reads the rows every 0.5 s)."""
     with store.reader.connect() as c:
         rows = c.execute(select(meta.c.key, meta.c.value).where(meta.c.key.like(PREFIX + "%"))).all()
     out: dict[str, Record] = {}
@@ -110,8 +108,9 @@ def stored_records(store: Store) -> dict[str, Record]:
         try:
             rec = decode(value, source=f"meta row {key}")
         except (ValueError, KeyError, TypeError) as e:
-            if key not in _unreadable:
-                _unreadable.add(key)
+            if logged is None or key not in logged:
+                if logged is not None:
+                    logged.add(key)
                 why = str(e).splitlines()[0] if isinstance(e, SpecError) else f"{type(e).__name__}: {e}"
                 log.error("schedule row %s does not load (%s): skipped; put the schedule again", key, why)
             continue
