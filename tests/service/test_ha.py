@@ -10,6 +10,7 @@ replicas on loopback under a submission load (kill -9 of the leader, SIGSTOP pas
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from rackscale.service.pickup import StorePickup
 from rackscale.service.runner import Runner
 from rackscale.service.schedules_store import Record, schedule_key
 from rackscale.service.store import Store
-from rackscale.service.store.lease import Fenced, read_lease
+from rackscale.service.store.lease import Fenced, check_fence, read_lease, take_or_renew
 
 pg_url, pg_store = postgres.pg_url, postgres.pg_store  # the shared fixtures (this module gets its own server)
 
@@ -89,6 +90,42 @@ def test_one_leader_a_takeover_bumps_the_generation_and_fences_the_old_one(pg_st
     assert not a.tick(service_time=4.0) and a.generation is None
     rec = read_lease(pg_store.engine)
     assert rec is not None and (rec.holder, rec.generation) == ("b", 2)
+
+
+@pytest.mark.parametrize("bounded", [True, False], ids=["bounded-session-freed", "unbounded-blocks-the-take"])
+def test_a_leader_frozen_mid_commit_does_not_block_the_takeover(pg_store: Store, bounded: bool) -> None:
+    """A leader stopped inside a fenced commit holds the share lock its fence took on the lease row; a
+    standby's take of the expired lease waits on that lock. With the replicas' bound
+    (idle_in_transaction_s) PostgreSQL ends the frozen session and the take goes through."""
+    assert take_or_renew(pg_store.engine, me="a", generation=None, ttl_s=0.2, service_time=0.0) == 1
+    frozen = Store(pg_store.url, idle_in_transaction_s=0.5 if bounded else None)
+    conn = frozen.engine.connect()
+    try:
+        conn.begin()
+        check_fence(conn, 1)  # ... and the leader is SIGSTOPped here, before its commit
+        time.sleep(0.3)  # the lease expires
+        got: list[int | None] = []
+        t = threading.Thread(
+            target=lambda: got.append(
+                take_or_renew(pg_store.engine, me="b", generation=None, ttl_s=5.0, service_time=0.0)
+            ),
+            daemon=True,
+        )
+        t0 = time.monotonic()
+        t.start()
+        t.join(timeout=4.0)
+        if bounded:
+            assert got == [2], "the standby did not take the lease"
+            assert time.monotonic() - t0 < 3.0
+        else:
+            assert got == [] and t.is_alive()  # what the bound is for: the take waits on the frozen session
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
+        if not bounded:  # end the frozen session so the blocked take can finish
+            frozen.engine.dispose()
+            t.join(timeout=10)
+        frozen.close()
 
 
 @pytest.mark.parametrize(

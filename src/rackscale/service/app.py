@@ -125,7 +125,7 @@ def make_backend(config: ServiceConfig) -> tuple[Backend, GPUCluster]:
     raise ServiceConfigError(f"unknown backend {config.backend!r} (use sim, local or slurm)")
 
 
-def open_store(url: str, *, synchronous: str, init: bool = False) -> Store:
+def open_store(url: str, *, synchronous: str, init: bool = False, idle_in_transaction_s: float | None = None) -> Store:
     """The store, or a ServiceConfigError that says what is wrong with it (never a driver traceback). A SQLite
     file that is empty, truncated, corrupt or not a database is refused, or with ``init`` kept aside as
     FILE.broken-<UTC time> for a new store; a database that is not rackscale's is refused either way."""
@@ -143,7 +143,7 @@ def open_store(url: str, *, synchronous: str, init: bool = False) -> Store:
     if moved is not None:
         log.warning("%s", moved)
     try:
-        return Store(url, synchronous=synchronous)
+        return Store(url, synchronous=synchronous, idle_in_transaction_s=idle_in_transaction_s)
     except ModuleNotFoundError as e:
         raise ServiceConfigError(
             f"the database driver {e.name!r} for {shown} is not installed (PostgreSQL: pip install "
@@ -202,7 +202,14 @@ def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
             "(fix: pass --data-dir with a writable path)"
         ) from e
     url = config.db_url or f"sqlite:///{config.data_dir / 'rackscale.db'}"
-    store = open_store(url, synchronous=config.durability.upper(), init=config.init_store)
+    # Replicas: a frozen leader's open transaction must not hold the lease row for longer than half a lease.
+    replicas = config.ha or config.replica_id is not None
+    store = open_store(
+        url,
+        synchronous=config.durability.upper(),
+        init=config.init_store,
+        idle_in_transaction_s=config.lease_seconds / 2 if replicas else None,
+    )
     backend, cluster = make_backend(config)
     if not config.init_store:
         try:

@@ -43,13 +43,20 @@ class Store(StoreWriter, StoreReads):
     ``created`` whether this Store made the tables (a new store); ``migrated`` what opening it changed in an
     older store's schema."""
 
-    def __init__(self, url: str, *, synchronous: str = "NORMAL") -> None:
+    def __init__(self, url: str, *, synchronous: str = "NORMAL", idle_in_transaction_s: float | None = None) -> None:
         self.url = url
         self.location = store_location(url)
         sqlite = url.startswith("sqlite")
         # Two engines: writes take the write lock up front (BEGIN IMMEDIATE on SQLite); reads never do.
         # A server's pooled connection may have died while idle (a restart of PostgreSQL): test it first.
-        self.engine = create_engine(url, pool_pre_ping=not sqlite)
+        # With replicas: PostgreSQL ends a writing session that sits in a transaction this long, and its locks
+        # with it. A leader frozen mid-commit (SIGSTOP, a paused VM) holds the share lock its fence took on
+        # the lease row (store/lease.py); every standby's take of the lease would wait on it for as long as
+        # the leader stays frozen. Our transactions run statement after statement: none idles for seconds.
+        bound = {}
+        if idle_in_transaction_s is not None and url.startswith("postgresql"):
+            bound = {"options": f"-c idle_in_transaction_session_timeout={max(1, round(idle_in_transaction_s * 1000))}"}
+        self.engine = create_engine(url, pool_pre_ping=not sqlite, connect_args=bound)
         self.reader = create_engine(url, pool_pre_ping=not sqlite)
         if self.engine.dialect.name == "sqlite":
             _sqlite_setup(self.engine, synchronous, immediate=True)
