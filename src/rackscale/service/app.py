@@ -262,10 +262,6 @@ def build_service(config: ServiceConfig, *, start: bool = True) -> Service:
     )
     app = create_app(ctx)
     _mount_leader(app, ctx, ha)
-    if ha is not None:
-        from rackscale.service.nodes_api import restore_holds
-
-        ha.on_promote = lambda: restore_holds(ctx)  # holds put through any replica, read from the store
     if start:
         if ha is not None:
             ha.start()
