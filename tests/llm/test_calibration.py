@@ -13,8 +13,8 @@ def test_the_serving_constants_are_the_fits_on_their_points() -> None:
     assert compute == pytest.approx(cal.SERVING_COMPUTE, abs=5e-4)
     assert overhead == pytest.approx(cal.SERVING_STEP_OVERHEAD_S, abs=2e-5)
     eff = Efficiency(compute=cal.SERVING_COMPUTE, step_overhead_s=cal.SERVING_STEP_OVERHEAD_S)
-    assert cal.serving_peak(cal.SERVING_POINT, eff) == pytest.approx(cal.SERVING_POINT.tok_s_gpu, rel=0.01)
-    assert cal.fastest(cal.SERVING_OVERHEAD_POINT, eff) == pytest.approx(cal.SERVING_OVERHEAD_INTERACTIVITY, rel=0.01)
+    for run in (cal.SERVING_COMPUTE_RUN, cal.SERVING_OVERHEAD_RUN):
+        assert cal.run_interactivity(run, eff) == pytest.approx(run.tok_s_user, rel=0.01), run.key
 
 
 def test_the_training_constant_is_the_fit_on_its_one_point() -> None:
@@ -24,13 +24,11 @@ def test_the_training_constant_is_the_fit_on_its_one_point() -> None:
 @pytest.mark.parametrize(
     ("low", "high", "measure"),
     [
-        (Efficiency(compute=0.2), Efficiency(compute=0.4), "peak"),
-        (Efficiency(step_overhead_s=8e-3), Efficiency(step_overhead_s=2e-3), "fastest"),
+        (Efficiency(compute=0.1, step_overhead_s=5e-3), Efficiency(compute=0.3, step_overhead_s=5e-3), "compute"),
+        (Efficiency(compute=0.2, step_overhead_s=12e-3), Efficiency(compute=0.2, step_overhead_s=2e-3), "overhead"),
     ],
-    ids=["compute-raises-the-peak", "overhead-caps-interactivity"],
+    ids=["compute-speeds-the-compute-bound-run", "overhead-caps-the-lone-user"],
 )
-def test_each_fitted_constant_moves_the_figure_it_is_fitted_on(low: Efficiency, high: Efficiency, measure: str) -> None:
-    if measure == "peak":
-        assert cal.serving_peak(cal.SERVING_POINT, high) > 1.5 * cal.serving_peak(cal.SERVING_POINT, low)
-    else:
-        assert cal.fastest(cal.SERVING_OVERHEAD_POINT, high) > 1.5 * cal.fastest(cal.SERVING_OVERHEAD_POINT, low)
+def test_each_fitted_constant_moves_the_run_it_is_fitted_on(low: Efficiency, high: Efficiency, measure: str) -> None:
+    run = cal.SERVING_COMPUTE_RUN if measure == "compute" else cal.SERVING_OVERHEAD_RUN
+    assert cal.run_interactivity(run, high) > 1.5 * cal.run_interactivity(run, low)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -21,6 +22,13 @@ from rackscale.model.errors import RackscaleError
 
 class UnknownFigureError(RackscaleError, ValueError):
     """A figure key that is not in the catalogue."""
+
+
+class TokenCount(StrEnum):
+    """Which tokens a published tokens/s counts."""
+
+    OUTPUT = "output"  # generated tokens only (MLPerf)
+    TOTAL = "total"  # prompt and generated tokens (InferenceX's tput_per_gpu)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +52,7 @@ class ServingFigure:
     value_b: float
     ratio: float  # the published A/B, rounded as published
     conditions: str
+    counts: TokenCount = TokenCount.OUTPUT
 
     @property
     def b_mode(self) -> ServingMode:
@@ -73,6 +82,10 @@ class ParetoPoint:
     tok_s_user: float
     tpot_ms: float
     usd_per_mtok: float
+    attention_dp: bool  # decode attention data parallel (else tensor parallel over the EP group)
+    mtp_drafts: int
+    max_batch_per_rank: int  # decode max_batch_size per attention rank
+    eplb: bool  # online expert load balancer on decode
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,6 +157,7 @@ def _ix(interactivity: int, a: float, b: float, ratio: float) -> ServingFigure:
         value_b=b,
         ratio=ratio,
         conditions=IX_CONDITIONS,
+        counts=TokenCount.TOTAL,
     )
 
 
@@ -275,26 +289,57 @@ def _points(system: str, rows: tuple[tuple[float, ...], ...]) -> tuple[ParetoPoi
             tok_s_user=u,
             tpot_ms=ms,
             usd_per_mtok=usd,
+            attention_dp=bool(adp),
+            mtp_drafts=int(mtp),
+            max_batch_per_rank=int(mb),
+            eplb=bool(lb),
         )
-        for c, pg, pt, dg, de, t, u, ms, usd in rows
+        for c, pg, pt, dg, de, t, u, ms, usd, adp, mtp, mb, lb in rows
     )
 
 
-# The post's two recipe tables: conc, prefill GPUs/TP, decode GPUs/EP, tok/s/GPU, tok/s/user, TPOT ms, $/M tok.
+# The post's two recipe tables: conc, prefill GPUs/TP, decode GPUs/EP, tok/s/GPU, tok/s/user, TPOT ms, $/M tok;
+# then each run's decode settings from its recipe (IX_RECIPES): attention data parallel, MTP drafts, the decode
+# batch cap per attention rank, online EPLB.
 INFERENCEX_DSR1_POINTS: tuple[ParetoPoint, ...] = _points("gb200", (
-    (4, 4, 4, 32, 8, 60.7, 286.40, 3.49, 10.12), (8, 4, 4, 32, 8, 111.8, 272.64, 3.67, 5.49),
-    (12, 4, 4, 32, 8, 165.2, 257.11, 3.89, 3.72), (24, 4, 4, 32, 8, 274.8, 222.28, 4.50, 2.23),
-    (48, 4, 4, 32, 8, 363.3, 207.30, 4.82, 1.69), (180, 4, 4, 32, 32, 1149.1, 164.37, 6.08, 0.53),
-    (2253, 12, 12, 32, 32, 7698.0, 90.99, 10.99, 0.08), (4301, 8, 8, 16, 16, 12659.7, 43.29, 23.10, 0.05),
-    (16130, 12, 12, 20, 4, 14659.4, 17.82, 56.11, 0.04),
+    (4, 4, 4, 32, 8, 60.7, 286.40, 3.49, 10.12, 0, 3, 8, 0),
+    (8, 4, 4, 32, 8, 111.8, 272.64, 3.67, 5.49, 0, 3, 8, 0),
+    (12, 4, 4, 32, 8, 165.2, 257.11, 3.89, 3.72, 0, 3, 8, 0),
+    (24, 4, 4, 32, 8, 274.8, 222.28, 4.50, 2.23, 0, 3, 8, 0),
+    (48, 4, 4, 32, 8, 363.3, 207.30, 4.82, 1.69, 0, 3, 8, 0),
+    (180, 4, 4, 32, 32, 1149.1, 164.37, 6.08, 0.53, 1, 3, 4, 0),
+    (2253, 12, 12, 32, 32, 7698.0, 90.99, 10.99, 0.08, 1, 1, 64, 1),
+    (4301, 8, 8, 16, 16, 12659.7, 43.29, 23.10, 0.05, 1, 1, 256, 1),
+    (16130, 12, 12, 20, 4, 14659.4, 17.82, 56.11, 0.04, 1, 1, 768, 0),
 )) + _points("b200", (
-    (6, 4, 4, 40, 8, 49.3, 309.17, 3.23, 10.99), (10, 4, 4, 40, 8, 118.7, 277.39, 3.61, 4.56),
-    (15, 4, 4, 40, 8, 168.9, 261.09, 3.83, 3.21), (25, 4, 4, 40, 8, 242.4, 224.59, 4.45, 2.23),
-    (45, 4, 4, 40, 8, 369.9, 191.18, 5.23, 1.46), (90, 4, 4, 40, 8, 577.3, 150.56, 6.64, 0.94),
-    (180, 4, 4, 40, 8, 897.9, 126.42, 7.91, 0.60), (875, 4, 4, 40, 8, 2832.9, 101.79, 9.82, 0.19),
-    (1214, 4, 4, 16, 8, 7111.4, 74.04, 13.51, 0.08), (4968, 12, 12, 32, 8, 9660.7, 56.35, 17.75, 0.06),
-    (10860, 12, 12, 20, 4, 12515.7, 21.34, 46.86, 0.04),
+    (6, 4, 4, 40, 8, 49.3, 309.17, 3.23, 10.99, 0, 3, 1, 0),
+    (10, 4, 4, 40, 8, 118.7, 277.39, 3.61, 4.56, 0, 3, 32, 0),
+    (15, 4, 4, 40, 8, 168.9, 261.09, 3.83, 3.21, 0, 3, 32, 0),
+    (25, 4, 4, 40, 8, 242.4, 224.59, 4.45, 2.23, 0, 3, 32, 0),
+    (45, 4, 4, 40, 8, 369.9, 191.18, 5.23, 1.46, 0, 3, 32, 0),
+    (90, 4, 4, 40, 8, 577.3, 150.56, 6.64, 0.94, 0, 3, 32, 0),
+    (180, 4, 4, 40, 8, 897.9, 126.42, 7.91, 0.60, 0, 3, 32, 0),
+    (875, 4, 4, 40, 8, 2832.9, 101.79, 9.82, 0.19, 1, 3, 16, 0),
+    (1214, 4, 4, 16, 8, 7111.4, 74.04, 13.51, 0.08, 1, 2, 64, 0),
+    (4968, 12, 12, 32, 8, 9660.7, 56.35, 17.75, 0.06, 1, 1, 128, 0),
+    (10860, 12, 12, 20, 4, 12515.7, 21.34, 46.86, 0.04, 1, 1, 512, 0),
 ))  # fmt: skip
+
+# Where the runs' settings were read, and how the benchmark counts (docs/perf-published.md says more).
+IX_RECIPES = (
+    "SemiAnalysisAI/InferenceX .github/configs/nvidia-master.yaml (commit 48f302c): entries dsr1-fp4-gb200-dynamo-trt "
+    "and dsr1-fp4-b200-dynamo-trt list each concurrency's prefill and decode workers (TP/EP, dp-attn) and recipe file "
+    "(e.g. recipes/trtllm/gb200-fp4/1k1k/mtp/ctx3_gen1_dep32_batch64_eplb288_mtp1.yaml). The recipe files were read "
+    "in the fork connorcarpenter15/srt-slurm (commit 5a156f6): decode max_batch_size (per attention rank), "
+    "num_nextn_predict_layers, enable_attention_dp, load_balancer num_slots; FP8 KV cache on both. ASSUMPTION: the "
+    "branch the 2026-05-22 run cloned (cquil11/srt-slurm-nv cam/sa-submission-q2-2026) was not readable; names, "
+    "shapes and concurrencies match. The client (srt-slurm sa-bench benchmark_serving.py): random lengths uniform "
+    "in [0.8 L, L] (mean 922 for 1024), ignore-eos, 10 x concurrency prompts; total_token_throughput counts input "
+    "plus output tokens and InferenceX utils/process_result.py divides it by prefill + decode GPUs (tput_per_gpu); "
+    "interactivity is 1000 / TPOT, TPOT = (latency - TTFT) / (output tokens - 1)."
+)
+IX_MEAN_LENGTH = 922  # tokens in and out: uniform integers in [819, 1024] (random range ratio 0.8)
+
 
 # --- Training ---------------------------------------------------------------------------------------------------
 MEGATRON_SOURCE = (

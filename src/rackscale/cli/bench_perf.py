@@ -17,13 +17,21 @@ def bench_perf(
 ) -> None:
     """Reproduce the published figures (docs/perf.md) and time one serving curve.
 
-    Prints, per figure: the published A/B ratio, the model's, the error, the plan and the dominant term on
-    each side (the calibration point is marked). Then the time of a `perf serve` curve (DeepSeek-R1 FP4 on
-    GB200 NVL72, every plan and batch), the median of --repeat runs.
+    Prints each measured InferenceX run against the model's replay of its recipe (the two calibration runs
+    marked), then, per figure: the published A/B ratio, the model's (InferenceX: read off the replayed runs as
+    the post reads its own; MLPerf: each side's best plan), the error, the plan and the dominant term. Then the
+    time of a `perf serve` curve (DeepSeek-R1 FP4 on GB200 NVL72, every plan and batch), the median of --repeat
+    runs.
 
     Example: rackscale bench perf --json
     """
-    from rackscale.bench.perf_figures import KNOWN_MISSES, serving_results, training_results
+    from rackscale.bench.perf_figures import (
+        KNOWN_MISSES,
+        KNOWN_RUN_MISSES,
+        run_results,
+        serving_results,
+        training_results,
+    )
     from rackscale.llm.calibration import serving_efficiency
     from rackscale.llm.decode import DEEPSEEK_MTP
     from rackscale.llm.hardware import system_named
@@ -40,18 +48,38 @@ def bench_perf(
                 "published_a": fig.value_a,
                 "published_b": fig.value_b,
                 "published_ratio": round(res.published_ratio, 3),
-                "model_a": None if res.a is None else round(res.a.tok_s_gpu),
-                "model_b": None if res.b is None else round(res.b.tok_s_gpu),
+                "counts": str(fig.counts),
+                "method": res.method,
+                "model_a": None if res.a is None else round(res.a.value),
+                "model_b": None if res.b is None else round(res.b.value),
                 "model_ratio": None if res.ratio is None else round(res.ratio, 3),
                 "error": None if res.error is None else round(res.error, 3),
-                "plan_a": None if res.a is None else res.a.plan.label(),
-                "plan_b": None if res.b is None else res.b.plan.label(),
-                "dominant_a": None if res.a is None else res.a.step.dominant,
-                "dominant_b": None if res.b is None else res.b.step.dominant,
-                "calibration_point": res.calibrated,
+                "plan_a": None if res.a is None else res.a.plan,
+                "plan_b": None if res.b is None else res.b.plan,
+                "dominant_a": None if res.a is None else res.a.dominant,
+                "dominant_b": None if res.b is None else res.b.dominant,
                 "known_miss": KNOWN_MISSES.get(fig.key),
             }
         )
+    runs: list[dict[str, Any]] = [
+        {
+            "system": r.point.system,
+            "concurrency": r.point.conc,
+            "decode": r.model.plan.label(),
+            "mtp_drafts": r.point.mtp_drafts,
+            "published_tok_s_user": r.point.tok_s_user,
+            "model_tok_s_user": round(r.model.interactivity, 1),
+            "interactivity_error": round(r.interactivity_error, 3),
+            "published_tok_s_gpu": r.point.tok_s_gpu,
+            "model_tok_s_gpu": round(r.model.total_tok_s_gpu, 1),
+            "throughput_error": round(r.throughput_error, 3),
+            "dominant": r.model.step.dominant,
+            "step_ms": round(r.model.step.step_s * 1e3, 2),
+            "calibrates": r.calibrated,
+            "known_miss": KNOWN_RUN_MISSES.get((r.point.system, r.point.conc)),
+        }
+        for r in run_results()
+    ]
     training: list[dict[str, Any]] = [
         {
             "figure": t.figure.key,
@@ -78,26 +106,43 @@ def bench_perf(
         evaluated = curve.evaluated
     times.sort()
     speed = {"curve_s_median": times[len(times) // 2], "points_evaluated": evaluated}
-    payload = {"serving": rows, "training": training, "speed": speed}
+    payload = {"serving": rows, "runs": runs, "training": training, "speed": speed}
     if as_json:
         emit(payload, OutputFormat.json)
         return
+    rtable = Table(title="InferenceX's runs, each recipe replayed (tok/s/user; tok/s/GPU counts input + output)")
+    columns = ("run", "decode", "MTP", "tok/s/user pub / model", "error", "tok/s/GPU pub / model", "error")
+    for col in (*columns, "step ms, dominant"):
+        rtable.add_column(col)
+    for run in runs:
+        mark = f" ({run['calibrates']})" if run["calibrates"] else (" (miss)" if run["known_miss"] else "")
+        rtable.add_row(
+            f"{run['system']} conc {run['concurrency']:,}{mark}",
+            run["decode"],
+            str(run["mtp_drafts"]),
+            f"{run['published_tok_s_user']:.1f} / {run['model_tok_s_user']:.1f}",
+            f"{run['interactivity_error']:+.0%}",
+            f"{run['published_tok_s_gpu']:,.0f} / {run['model_tok_s_gpu']:,.0f}",
+            f"{run['throughput_error']:+.0%}",
+            f"{run['step_ms']:.1f}, {run['dominant']}",
+        )
+    console.print(rtable)
     table = Table(title="published figures: model vs published (A / B tok/s/GPU)")
-    for col in ("figure", "published", "model", "error", "A: plan, dominant", "B: plan, dominant"):
+    for col in ("figure", "method", "published", "model", "error", "A: plan, dominant", "B: plan, dominant"):
         table.add_column(col)
     for row in rows:
         r = row
         err = "n/a" if r["error"] is None else f"{r['error']:+.0%}"
         if r["known_miss"]:
             err += " (miss)"
-        mark = " (calibration)" if r["calibration_point"] else ""
         table.add_row(
-            r["figure"] + mark,
+            r["figure"],
+            f"{r['method']}, {r['counts']} tokens",
             f"{r['published_a']:,.0f} / {r['published_b']:,.0f} = x{r['published_ratio']:.2f}",
             "n/a" if r["model_ratio"] is None else f"{r['model_a']:,} / {r['model_b']:,} = x{r['model_ratio']:.2f}",
             err,
-            f"{r['plan_a']}, {r['dominant_a']}",
-            f"{r['plan_b']}, {r['dominant_b']}",
+            "-" if r["plan_a"] is None else f"{r['plan_a']}, {r['dominant_a']}",
+            "-" if r["plan_b"] is None else f"{r['plan_b']}, {r['dominant_b']}",
         )
     console.print(table)
     ttable = Table(title="training: TFLOP/s per GPU, model vs published (as the source counts)")

@@ -126,7 +126,13 @@ def serve_assumptions(work: ServeWorkload, system: System, mode: Mode) -> list[s
     from rackscale.llm.calibration import serving_efficiency
 
     ttft = "none" if work.ttft_s is None else f"{target_text(work.ttft_s)} s"
-    mtp = "off" if work.mtp.drafts == 0 else f"{work.mtp.drafts} draft token(s) accepted {work.mtp.acceptance:.0%}"
+    mtp = (
+        "off"
+        if work.mtp.drafts == 0
+        else f"up to {work.mtp.drafts} draft(s), "
+        + ", ".join(f"{work.mtp.with_drafts(d).tokens_emitted:g}" for d in range(1, work.mtp.drafts + 1))
+        + " tokens per step"
+    )
     return [
         model_line(work.model, work.precision),
         system_line(system),

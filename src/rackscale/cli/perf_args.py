@@ -216,10 +216,10 @@ def calibration_note(kind: str) -> str:
     from rackscale.llm import calibration as cal
 
     if kind == "serving":
+        c, o = cal.SERVING_COMPUTE_RUN, cal.SERVING_OVERHEAD_RUN
         return (
-            f"compute share fitted on {cal.SERVING_POINT.key} ({cal.SERVING_POINT.system}: "
-            f"{cal.SERVING_POINT.tok_s_gpu:,.0f} tok/s/GPU), step cost on {cal.SERVING_OVERHEAD_POINT.key} "
-            f"({cal.SERVING_OVERHEAD_POINT.system}: {cal.SERVING_OVERHEAD_INTERACTIVITY:g} tok/s/user); docs/perf.md"
+            f"compute share fitted on the measured run {c.key} ({c.system}: {c.tok_s_user:g} tok/s/user), step "
+            f"cost on {o.key} ({o.system}: {o.tok_s_user:g} tok/s/user); docs/perf.md"
         )
     p = cal.TRAINING_POINT
     return f"fitted on one published point, {p.key} ({p.system}: {p.tflops_per_gpu:,.0f} TFLOP/s/GPU; docs/perf.md)"

@@ -1,22 +1,26 @@
 """The fitted constants of the model, and the one published point each is fitted on.
 
 Everything else in ``rackscale.llm`` is first principles: FLOPs and bytes from the model's configuration,
-peaks and bandwidths from datasheets, and a handful of stated assumptions (``Efficiency``'s memory share and
-per-layer overhead, the collectives' latencies, MTP acceptance: docs/perf.md says where each comes from).
-What no datasheet gives is how close real kernels come to the compute peak, and how long a serving stack's
-step takes when it has nothing to compute. Those are fitted, on one published point per GPU type:
+peaks and bandwidths from datasheets, and stated measurements or assumptions (``Efficiency``'s memory share
+and per-layer overhead, the collectives' latencies, MTP acceptance, expert load imbalance: docs/perf.md says
+where each comes from). What no datasheet gives is how close real kernels come to the compute peak, and how
+long a serving stack's step takes when it has nothing to compute. Those are fitted, on one published
+measurement per GPU type, each a run whose recipe is known (so the model replays that very run):
 
-- **B200** (serving): ``Efficiency.compute`` on InferenceX's B200 peak throughput, DeepSeek-R1 FP4 1k/1k
-  (12,515.7 tok/s/GPU), where decode is compute-bound (the point tests the term it fits);
-- **GB200** (serving): ``Efficiency.step_overhead_s`` on InferenceX's fastest GB200 run, 286.4 tok/s/user
-  (4 sequences: the step is all fixed cost there);
+- **B200** (serving): ``Efficiency.compute`` on InferenceX's B200 peak-throughput run (DeepSeek-R1 FP4,
+  concurrency 10,860, decode 5 x EP4 with attention DP, batch cap 512 per rank, one MTP draft): its
+  interactivity, 21.34 tok/s/user, where decode is compute-bound (the point tests the term it fits);
+- **GB200** (serving): ``Efficiency.step_overhead_s`` on InferenceX's fastest GB200 run (concurrency 4,
+  decode 4 x TP8/EP8, three MTP drafts): 286.4 tok/s/user, one user per decode instance, where the step is
+  nearly all fixed cost;
 - **A100** (training): ``TrainEfficiency.compute`` on one row of Megatron-LM (Narayanan et al. 2021, Table 2:
   GPT-3 175B on 384 A100, TP 8 x PP 12, batch 1,536: 153 TFLOP/s per GPU as the paper counts).
 
 The two serving constants are fitted together (each fit holds the other), and every chip shares them (the
 same serving stack and kernels: B200 and GB200 are one die); every chip trains with the A100 value. Every
-other published figure is a prediction. ``tests/llm/test_calibration.py`` re-runs the fits and checks the
-stored constants are what they give, so none can drift to make some other test pass.
+other published figure, and every other measured run, is a prediction. ``tests/llm/test_calibration.py``
+re-runs the fits and checks the stored constants are what they give, so none can drift to make some other
+test pass; ``tests/bench/test_perf_published.py`` checks the two runs below are the post's own rows.
 """
 
 from __future__ import annotations
@@ -28,20 +32,23 @@ from rackscale.llm.decode import DEEPSEEK_MTP, Efficiency
 from rackscale.llm.hardware import GpuSpec, system_named
 from rackscale.llm.models import model_named
 from rackscale.llm.precision import Precision
-from rackscale.llm.serving import ServeCurve, ServeWorkload, ServingMode, serve_curve
+from rackscale.llm.recipes import DisaggRecipe, replay
+from rackscale.llm.serving import ServeWorkload
 from rackscale.llm.train_plans import train_step_on
 from rackscale.llm.training import TrainEfficiency, TrainPlan, TrainWorkload
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ServingPoint:
+class ServingRun:
+    """One measured serving run the model replays: its recipe and the interactivity it reached."""
+
     key: str
     system: str
     model: str
     precision: Precision
-    isl: int
-    osl: int
-    tok_s_gpu: float  # the published peak tokens/s per GPU
+    length: int  # mean input and output tokens of the run's requests
+    recipe: DisaggRecipe
+    tok_s_user: float  # measured: 1 / TPOT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,24 +65,43 @@ class TrainingPoint:
     tflops_per_gpu: float  # as the paper counts: recomputation included
 
 
-SERVING_OVERHEAD_POINT = ServingPoint(
-    key="inferencex-dsr1-fp4-gb200-fastest",
+# InferenceX's runs (perf_published.INFERENCEX_DSR1_POINTS, docs/perf-published.md): lengths uniform in
+# [819, 1024] (mean 922), FP8 KV cache, TensorRT-LLM with MTP.
+SERVING_OVERHEAD_RUN = ServingRun(
+    key="inferencex-dsr1-fp4-gb200-conc4",
     system="gb200",
     model="deepseek-r1",
     precision=Precision.FP4,
-    isl=1024,
-    osl=1024,
-    tok_s_gpu=60.7,  # the run's throughput; the fit reads its interactivity
+    length=922,
+    recipe=DisaggRecipe(
+        concurrency=4,
+        prefill_gpus=4,
+        prefill_tp=4,
+        decode_gpus=32,
+        decode_ep=8,
+        attention_dp=False,
+        mtp_drafts=3,
+        max_batch_per_rank=8,
+    ),
+    tok_s_user=286.40,
 )
-SERVING_OVERHEAD_INTERACTIVITY = 286.4  # tok/s/user of GB200's fastest published run (conc 4, decode EP8)
-SERVING_POINT = ServingPoint(
-    key="inferencex-dsr1-fp4-peak",
+SERVING_COMPUTE_RUN = ServingRun(
+    key="inferencex-dsr1-fp4-b200-conc10860",
     system="b200",
     model="deepseek-r1",
     precision=Precision.FP4,
-    isl=1024,
-    osl=1024,
-    tok_s_gpu=12_515.7,
+    length=922,
+    recipe=DisaggRecipe(
+        concurrency=10860,
+        prefill_gpus=12,
+        prefill_tp=12,
+        decode_gpus=20,
+        decode_ep=4,
+        attention_dp=True,
+        mtp_drafts=1,
+        max_batch_per_rank=512,
+    ),
+    tok_s_user=21.34,
 )
 TRAINING_POINT = TrainingPoint(
     key="megatron-t2-175b-384",
@@ -91,8 +117,8 @@ TRAINING_POINT = TrainingPoint(
 )
 
 # The fitted values (what fit_serving() and fit_training_compute() return; the tests re-derive them).
-SERVING_COMPUTE = 0.3166
-SERVING_STEP_OVERHEAD_S = 4.716e-3
+SERVING_COMPUTE = 0.2313
+SERVING_STEP_OVERHEAD_S = 5.164e-3
 TRAINING_COMPUTE = 0.5470
 
 
@@ -116,42 +142,30 @@ def _bisect(f: Callable[[float], float], lo: float, hi: float, target: float, *,
     return (lo + hi) / 2.0
 
 
-def _curve(point: ServingPoint, eff: Efficiency, *, max_decode_ep: int | None = None) -> ServeCurve:
+def run_interactivity(run: ServingRun, eff: Efficiency) -> float:
+    """The model's interactivity (tok/s/user) of ``run`` replayed with ``eff``."""
     work = ServeWorkload(
-        model=model_named(point.model), precision=point.precision, isl=point.isl, osl=point.osl, mtp=DEEPSEEK_MTP
+        model=model_named(run.model), precision=run.precision, isl=run.length, osl=run.length, mtp=DEEPSEEK_MTP
     )
-    return serve_curve(
-        work, system_named(point.system), eff=eff, mode=ServingMode.DISAGGREGATED, max_decode_ep=max_decode_ep
-    )
-
-
-def serving_peak(point: ServingPoint, eff: Efficiency) -> float:
-    """The curve's peak tok/s/GPU (B200's decode held to one node, as the published runs were)."""
-    peak = _curve(point, eff, max_decode_ep=8 if point.system == "b200" else None).peak
-    return 0.0 if peak is None else peak.tok_s_gpu
-
-
-def fastest(point: ServingPoint, eff: Efficiency) -> float:
-    """The curve's highest interactivity (tok/s/user)."""
-    return max((p.interactivity for p in _curve(point, eff).points), default=0.0)
+    return replay(work, system_named(run.system), run.recipe, eff=eff).interactivity
 
 
 def _fit_overhead(compute: float) -> float:
-    def slower(o: float) -> float:  # increasing in the overhead: minus the fastest interactivity
-        return -fastest(SERVING_OVERHEAD_POINT, Efficiency(compute=compute, step_overhead_s=o))
+    def slower(o: float) -> float:  # increasing in the overhead: minus the run's interactivity
+        return -run_interactivity(SERVING_OVERHEAD_RUN, Efficiency(compute=compute, step_overhead_s=o))
 
-    return _bisect(slower, 0.0, 0.02, -SERVING_OVERHEAD_INTERACTIVITY)
+    return _bisect(slower, 0.0, 0.03, -SERVING_OVERHEAD_RUN.tok_s_user)
 
 
 def _fit_compute(overhead: float) -> float:
-    def peak(c: float) -> float:
-        return serving_peak(SERVING_POINT, Efficiency(compute=c, step_overhead_s=overhead))
+    def faster(c: float) -> float:
+        return run_interactivity(SERVING_COMPUTE_RUN, Efficiency(compute=c, step_overhead_s=overhead))
 
-    return _bisect(peak, 0.01, 1.0, SERVING_POINT.tok_s_gpu)
+    return _bisect(faster, 0.01, 1.0, SERVING_COMPUTE_RUN.tok_s_user)
 
 
 def fit_serving(rounds: int = 3) -> tuple[float, float]:
-    """(compute share, step overhead): each fitted on its one point, the other held, until both settle."""
+    """(compute share, step overhead): each fitted on its one run, the other held, until both settle."""
     compute, overhead = SERVING_COMPUTE, SERVING_STEP_OVERHEAD_S
     for _ in range(rounds):
         overhead = _fit_overhead(compute)

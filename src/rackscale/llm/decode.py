@@ -19,13 +19,14 @@ With multi-token prediction (MTP) each step verifies ``1 + drafts`` tokens per s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from rackscale.llm.fabric import Links, Span, all_reduce_s, all_to_all_s
 from rackscale.llm.hardware import GpuSpec
 from rackscale.llm.models import ModelSpec
-from rackscale.llm.plans import ServePlan, gpu_memory
+from rackscale.llm.plans import KV_PRECISION, ServePlan, gpu_memory
 from rackscale.llm.precision import Precision
 
 ACT_BYTES = 2.0  # BF16 activations on TP all-reduces and the EP combine
@@ -40,14 +41,20 @@ class Efficiency:
     memory: float = 0.8
     step_overhead_s: float = 1.0e-3
     layer_overhead_s: float = 10e-6
+    draft_overhead_s: float = 0.0  # fixed cost of one MTP draft forward (launches, sampling, its collectives)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Mtp:
-    """Multi-token prediction: ``drafts`` extra tokens proposed per step, each accepted with ``acceptance``."""
+    """Multi-token prediction: ``drafts`` extra tokens proposed per step by the model's MTP module.
+
+    ``accepted`` gives the measured mean tokens a step emits with 1, 2, ... drafts (the verified token
+    included); without a measurement each draft is accepted with ``acceptance`` after the one before it.
+    """
 
     drafts: int = 0
     acceptance: float = 0.0
+    accepted: tuple[float, ...] = ()
 
     @property
     def tokens_verified(self) -> int:
@@ -55,27 +62,90 @@ class Mtp:
 
     @property
     def tokens_emitted(self) -> float:
+        if self.drafts == 0:
+            return 1.0
+        if self.drafts <= len(self.accepted):
+            return self.accepted[self.drafts - 1]
         return 1.0 + sum(self.acceptance**i for i in range(1, self.drafts + 1))
+
+    def with_drafts(self, drafts: int) -> Mtp:
+        return replace(self, drafts=drafts)
 
 
 NO_MTP = Mtp()
-# DeepSeek-V3 technical report (arXiv 2412.19437, section 5.4.3): its one MTP module proposes one extra token,
-# accepted 85-90 % of the time. One draft at 0.85. (Runtimes can chain the module for more drafts; how often
-# later drafts survive is not published, so the model does not assume it: docs/perf.md shows what 3 drafts
-# at 0.85^i would change.)
-DEEPSEEK_MTP = Mtp(drafts=1, acceptance=0.85)
+# Tokens per step of DeepSeek-R1's MTP module chained 1, 2 and 3 times, measured by NVIDIA on TensorRT-LLM (8
+# B200, batch 1, ISL 1k / OSL 2k): 1.92, 2.58, 2.82 ("Pushing Latency Boundaries: Optimizing DeepSeek-R1
+# Performance on NVIDIA B200 GPUs", NVIDIA/TensorRT-LLM docs/source/blogs/tech_blog/blog1). The DeepSeek-V3
+# report (arXiv 2412.19437, section 5.4.3) gives 85-90 % for the first draft, which the 1.92 agrees with.
+TRTLLM_MTP_ACCEPTED = (1.92, 2.58, 2.82)
+DEEPSEEK_MTP = Mtp(drafts=3, acceptance=0.85, accepted=TRTLLM_MTP_ACCEPTED)
+
+
+def expert_imbalance(model: ModelSpec, ep: int, *, eplb: bool) -> float:
+    """Routed tokens on the busiest GPU of an EP group over the mean (the MoE layers wait for it).
+
+    Measured by NVIDIA for DeepSeek-R1 on 32 GB200 (TensorRT-LLM blog "Scaling Expert Parallelism in
+    TensorRT-LLM, Part 1", translation dataset, decode): (max - mean) / mean = 1.564 per rank without a load
+    balancer (8 experts per GPU), 0.109 with its online EPLB (288 slots). Other EP sizes are not published: with
+    EPLB the balanced 0.109 is assumed; without it the excess scales as the extreme of ``ep`` sums of
+    independent expert loads, ``sqrt(2 ln ep) / sqrt(experts per GPU)``, anchored on the EP32 measurement (EP8
+    1.61x, EP4 1.35x). An ASSUMPTION for every size but 32 (docs/perf.md).
+    """
+    if not model.is_moe or ep <= 1 or model.experts <= 0:
+        return 1.0
+    if eplb:
+        return 1.0 + EPLB_EXCESS
+    per_gpu = model.experts / ep
+    anchor = math.sqrt(2 * math.log(IMBALANCE_ANCHOR_EP)) / math.sqrt(model.experts / IMBALANCE_ANCHOR_EP)
+    return 1.0 + NO_EPLB_EXCESS_AT_ANCHOR * (math.sqrt(2 * math.log(ep)) / math.sqrt(per_gpu)) / anchor
+
+
+NO_EPLB_EXCESS_AT_ANCHOR = 1.564
+EPLB_EXCESS = 0.109
+IMBALANCE_ANCHOR_EP = 32
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpRoofline:
+    """One group of a step's kernels: its FLOP time at the achieved rate and its HBM time."""
+
+    compute_s: float
+    memory_s: float
+
+    @property
+    def time_s(self) -> float:
+        return max(self.compute_s, self.memory_s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepTerms:
-    """One decode step of an instance, in seconds, by term; ``step_s`` is what the user waits per step."""
+    """One decode step of an instance, in seconds, by term; ``step_s`` is what the user waits per step.
 
-    compute_s: float
-    weights_s: float
-    kv_s: float
+    The step's kernels fall in three groups, each bound by its own roofline (a kernel is compute- or
+    memory-bound by itself; one kernel's spare bandwidth does not speed another's math): ``dense`` (attention
+    projections, dense and shared FFNs, the LM head: weights read in full), ``experts`` (the routed experts the
+    batch touches) and ``attention`` (the products with the KV cache). ``roofline_s`` is their sum.
+    """
+
+    dense: OpRoofline
+    experts: OpRoofline
+    attention: OpRoofline
     ep_comm_s: float
     tp_comm_s: float
     overhead_s: float
+    draft_s: float = 0.0  # the MTP module's forwards that propose the drafts (one layer each)
+
+    @property
+    def compute_s(self) -> float:
+        return self.dense.compute_s + self.experts.compute_s + self.attention.compute_s
+
+    @property
+    def weights_s(self) -> float:
+        return self.dense.memory_s + self.experts.memory_s
+
+    @property
+    def kv_s(self) -> float:
+        return self.attention.memory_s
 
     @property
     def memory_s(self) -> float:
@@ -83,22 +153,25 @@ class StepTerms:
 
     @property
     def roofline_s(self) -> float:
-        return max(self.compute_s, self.memory_s)
+        return self.dense.time_s + self.experts.time_s + self.attention.time_s
 
     @property
     def step_s(self) -> float:
-        return self.roofline_s + self.ep_comm_s + self.tp_comm_s + self.overhead_s
+        return self.roofline_s + self.ep_comm_s + self.tp_comm_s + self.overhead_s + self.draft_s
 
     @property
     def dominant(self) -> str:
-        """The term that sets the step: compute, hbm-weights, hbm-kv, ep-all-to-all, tp-all-reduce or overhead."""
+        """The term that sets the step: compute, hbm-weights, hbm-kv, ep-all-to-all, tp-all-reduce or overhead
+        (each group's roofline time counts for what bounds it)."""
+        ops = (self.dense, self.experts, self.attention)
         terms = {
-            "compute": self.compute_s if self.compute_s >= self.memory_s else 0.0,
-            "hbm-weights": self.weights_s if self.memory_s > self.compute_s else 0.0,
-            "hbm-kv": self.kv_s if self.memory_s > self.compute_s else 0.0,
+            "compute": sum(o.time_s for o in ops if o.compute_s >= o.memory_s),
+            "hbm-weights": sum(o.time_s for o in ops[:2] if o.memory_s > o.compute_s),
+            "hbm-kv": self.attention.time_s if self.attention.memory_s > self.attention.compute_s else 0.0,
             "ep-all-to-all": self.ep_comm_s,
             "tp-all-reduce": self.tp_comm_s,
             "overhead": self.overhead_s,
+            "mtp-drafts": self.draft_s,
         }
         return max(terms, key=terms.__getitem__)
 
@@ -107,9 +180,11 @@ class StepTerms:
             "compute_s": self.compute_s,
             "hbm_weights_s": self.weights_s,
             "hbm_kv_s": self.kv_s,
+            "roofline_s": self.roofline_s,
             "ep_all_to_all_s": self.ep_comm_s,
             "tp_all_reduce_s": self.tp_comm_s,
             "overhead_s": self.overhead_s,
+            "mtp_drafts_s": self.draft_s,
             "step_s": self.step_s,
             "dominant": self.dominant,
         }
@@ -129,6 +204,13 @@ def linear_flops_per_token(model: ModelSpec) -> float:
     return 2.0 * model.active_params()
 
 
+@lru_cache(maxsize=256)
+def split_linear_flops_per_token(model: ModelSpec) -> tuple[float, float]:
+    """(routed experts, everything else) of :func:`linear_flops_per_token`."""
+    routed = 2.0 * model.moe_layers * model.top_k * model.expert_params() if model.is_moe else 0.0
+    return routed, linear_flops_per_token(model) - routed
+
+
 def decode_step(
     model: ModelSpec,
     precision: Precision,
@@ -141,22 +223,28 @@ def decode_step(
     eff: Efficiency,
     mtp: Mtp = NO_MTP,
     slowdown: float = 1.0,
+    batch: float | None = None,
+    imbalance: float = 1.0,
 ) -> StepTerms:
-    """One decode step of ``plan`` (``plan.batch`` sequences at ``context`` tokens), laid out as ``span``."""
+    """One decode step of ``plan`` (``plan.batch`` sequences at ``context`` tokens), laid out as ``span``;
+    ``batch`` overrides ``plan.batch`` with a mean (a steady state's users per instance need not be whole);
+    ``imbalance`` is :func:`expert_imbalance` (the busiest GPU's routed tokens over the mean)."""
     stage = plan.stage_gpus
-    tokens = plan.batch * mtp.tokens_verified  # tokens the instance processes per step
+    seqs = float(plan.batch if batch is None else batch)
+    tokens = seqs * mtp.tokens_verified  # tokens the instance processes per step
     tokens_rank = tokens / plan.dp  # per attention group
-    mem = gpu_memory(model, precision, plan, context=context)
+    one = gpu_memory(model, precision, plan.with_batch(plan.dp), context=context)  # one sequence per group
+    kv_cache = one.kv_cache * seqs / plan.dp
     # Every stage runs every micro-batch: with pp stages a sequence waits pp stage-times per token, and the
     # pp micro-batches in flight keep each stage busy; one stage-time covers batch/pp sequences.
     per_stage_tokens = tokens / plan.pp
-    touched = _experts_touched(model, per_stage_tokens)
-    weights = mem.shared_weights + mem.expert_weights * touched
-    kv = mem.kv_cache / plan.pp
-    flops_linear = linear_flops_per_token(model) * per_stage_tokens / stage / plan.pp
-    flops_attn = model.attention_flops_per_token(context) * (tokens_rank / plan.pp) / plan.tp / plan.pp
-    compute = (flops_linear + flops_attn) / (gpu.flops(precision) * eff.compute)
-    hbm = gpu.hbm_bytes_per_s * eff.memory
+    hot = imbalance if plan.ep > 1 else 1.0
+    touched = _experts_touched(model, per_stage_tokens * hot)
+    routed_flops, dense_flops = split_linear_flops_per_token(model)
+    per_gpu_tokens = per_stage_tokens / stage / plan.pp  # linear work is spread evenly over the stage's GPUs
+    linear_rate = gpu.flops(precision) * eff.compute
+    attn_flops = model.attention_flops_per_token(context) * (tokens_rank / plan.pp) / plan.tp / plan.pp
+    hbm_rate = gpu.hbm_bytes_per_s * eff.memory
     layers_stage = model.layers / plan.pp
     tp_comm = 0.0
     if plan.tp > 1 or (model.is_moe and plan.ep == 1 and stage > 1):
@@ -166,22 +254,80 @@ def decode_step(
     ep_comm = 0.0
     if model.is_moe and plan.ep > 1:
         ep_span = span.sub(plan.ep)
-        per_gpu_tokens = per_stage_tokens / stage
-        send = per_gpu_tokens * model.top_k * model.hidden
+        send = per_stage_tokens / stage * model.top_k * model.hidden * hot  # the busiest GPU's share
         one_layer = all_to_all_s(links, ep_span, send * DISPATCH_BYTES, slowdown=slowdown) + all_to_all_s(
             links, ep_span, send * ACT_BYTES, slowdown=slowdown
         )
         ep_comm = one_layer * model.moe_layers / plan.pp
     overhead = eff.step_overhead_s + eff.layer_overhead_s * layers_stage
     # a pipeline multiplies the per-token wait by its stages: each step passes pp stages in turn
+    pp = plan.pp
     return StepTerms(
-        compute_s=compute * plan.pp,
-        weights_s=weights / hbm * plan.pp,
-        kv_s=kv / hbm * plan.pp,
-        ep_comm_s=ep_comm * plan.pp,
-        tp_comm_s=tp_comm * plan.pp,
-        overhead_s=overhead * plan.pp,
-    )
+        dense=OpRoofline(
+            compute_s=dense_flops * per_gpu_tokens / linear_rate * pp, memory_s=one.shared_weights / hbm_rate * pp
+        ),
+        experts=OpRoofline(
+            compute_s=routed_flops * per_gpu_tokens * hot / linear_rate * pp,
+            memory_s=one.expert_weights * touched / hbm_rate * pp,
+        ),
+        attention=OpRoofline(
+            # the products with the KV cache run at the cache's precision (FP8 beside FP4 weights), not the weights'
+            compute_s=attn_flops / (gpu.flops(KV_PRECISION[precision]) * eff.compute) * pp,
+            memory_s=kv_cache / pp / hbm_rate * pp,
+        ),
+        ep_comm_s=ep_comm * pp,
+        tp_comm_s=tp_comm * pp,
+        overhead_s=overhead * pp,
+        draft_s=_drafts_s(model, precision, plan, gpu=gpu, links=links, span=span, context=context, eff=eff,
+                          mtp=mtp, slowdown=slowdown, seqs=seqs, imbalance=imbalance),
+    )  # fmt: skip
+
+
+def _drafts_s(
+    model: ModelSpec,
+    precision: Precision,
+    plan: ServePlan,
+    *,
+    gpu: GpuSpec,
+    links: Links,
+    span: Span,
+    context: float,
+    eff: Efficiency,
+    mtp: Mtp,
+    slowdown: float,
+    seqs: float,
+    imbalance: float,
+) -> float:
+    """The drafts' cost: each draft is a forward of the MTP module, one transformer layer of the model's own
+    shape (DeepSeek-V3 report, section 2.2), over one token per sequence, run in turn before the step verifies
+    them: a layer's share of a one-token step plus a fixed cost per draft (``Efficiency.draft_overhead_s``)."""
+    if mtp.drafts == 0:
+        return 0.0
+    layer = _draft_layer_s(model, precision, plan, gpu, links, span, context, eff, slowdown, seqs, imbalance)
+    return mtp.drafts * (layer + eff.draft_overhead_s)
+
+
+@lru_cache(maxsize=8192)
+def _draft_layer_s(
+    model: ModelSpec,
+    precision: Precision,
+    plan: ServePlan,
+    gpu: GpuSpec,
+    links: Links,
+    span: Span,
+    context: float,
+    eff: Efficiency,
+    slowdown: float,
+    seqs: float,
+    imbalance: float,
+) -> float:
+    """One MTP module forward: a layer's share of a one-token step (cached: a curve asks for it once per draft
+    count)."""
+    one = decode_step(
+        model, precision, plan, gpu=gpu, links=links, span=span, context=context, eff=eff,
+        slowdown=slowdown, batch=seqs, imbalance=imbalance,
+    )  # fmt: skip
+    return (one.roofline_s + one.ep_comm_s + one.tp_comm_s) / model.layers + eff.layer_overhead_s * plan.pp
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,8 +357,9 @@ def prefill(
     """Prefill of ``requests`` prompts of ``isl`` tokens in one pass of ``plan`` (compute-bound when large)."""
     stage = plan.stage_gpus
     tokens = float(requests * isl)
-    flops = linear_flops_per_token(model) * tokens + model.attention_flops_per_token(isl / 2.0) * tokens
-    compute = flops / (plan.gpus * gpu.flops(precision) * eff.compute)
+    linear = linear_flops_per_token(model) * tokens / gpu.flops(precision)
+    attention = model.attention_flops_per_token(isl / 2.0) * tokens / gpu.flops(KV_PRECISION[precision])
+    compute = (linear + attention) / (plan.gpus * eff.compute)
     mem = gpu_memory(model, precision, plan, context=0.0)
     weights = (mem.shared_weights + mem.expert_weights) / (gpu.hbm_bytes_per_s * eff.memory)
     comm = 0.0

@@ -21,7 +21,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from rackscale.llm.decode import NO_MTP, Efficiency, Mtp, PrefillTerms, StepTerms, decode_step, prefill
+from rackscale.llm.decode import (
+    NO_MTP,
+    Efficiency,
+    Mtp,
+    PrefillTerms,
+    StepTerms,
+    decode_step,
+    expert_imbalance,
+    prefill,
+)
 from rackscale.llm.fabric import Links, Span
 from rackscale.llm.hardware import System
 from rackscale.llm.models import ModelSpec
@@ -125,7 +134,7 @@ def _draws(mtp: Mtp, limit: int) -> Iterable[tuple[Mtp, int]]:
     maximum (more drafts pay at small batch, where steps are bound by weights, not compute)."""
     counts = range(1, mtp.drafts + 1) if mtp.drafts > 0 else (0,)
     for d in counts:
-        m = Mtp(drafts=d, acceptance=mtp.acceptance) if d else mtp
+        m = mtp.with_drafts(d) if d else mtp
         for b in _batches(limit):
             yield m, b
 
@@ -211,6 +220,8 @@ def serve_curve(
         if top < 1:
             continue
         span = Span.packed(plan.gpus, system.domain_gpus)
+        # a best plan balances its experts (the runtime's EPLB); a recipe without it is replayed as it ran
+        imbalance = expert_imbalance(model, plan.ep, eplb=True)
         agg_prefill = None
         if mode in (ServingMode.AGGREGATED, ServingMode.BEST):
             requests = max(1, 8192 // max(work.isl, 1))
@@ -234,6 +245,7 @@ def serve_curve(
                 context=work.decode_context,
                 eff=eff,
                 mtp=mtp,
+                imbalance=imbalance,
             )
             evaluated += 1
             inter = mtp.tokens_emitted / step.step_s
