@@ -116,7 +116,7 @@ def test_a_ttft_bound_keeps_only_points_that_meet_it() -> None:
     doc = doc_of("perf", "serve", "-m", "llama-3.1-70b", "-g", "h100", "--ttft-s", "0.5", "--isl", "4096")
     reached = [p for p in doc["points"] if p is not None]
     assert reached and all(p["ttft_s"] <= 0.5 for p in reached)
-    assert doc["workload"] == {"isl": 4096, "osl": 1024, "ttft_s": 0.5, "mtp": False, "mtp_acceptance": None}
+    assert doc["workload"] == {"isl": 4096, "osl": 1024, "ttft_s": 0.5, "mtp": False, "mtp_tokens_per_step": None}
 
 
 def test_the_table_says_unreachable_and_has_a_peak_row_without_exponents() -> None:

@@ -194,7 +194,8 @@ def serve_payload(
             "osl": work.osl,
             "ttft_s": work.ttft_s,
             "mtp": work.mtp.drafts > 0,
-            "mtp_acceptance": work.mtp.acceptance if work.mtp.drafts else None,
+            "mtp_tokens_per_step": [work.mtp.with_drafts(d).tokens_emitted for d in range(1, work.mtp.drafts + 1)]
+            or None,
         },
         "targets": list(targets),
         "vs": vs,
