@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from rackscale.llm.calibration import serving_efficiency
+from rackscale.llm.checkpoint import mtp_module, weight_formats
 from rackscale.llm.decode import DEEPSEEK_MTP, NO_MTP, Mtp, StepTerms, decode_step, expert_imbalance
 from rackscale.llm.fabric import Span
 from rackscale.llm.hardware import system_named
@@ -46,6 +49,14 @@ def test_the_step_pays_each_groups_own_roofline() -> None:
     assert s.roofline_s >= max(s.compute_s, s.memory_s)
 
 
+def test_deepseeks_fp4_checkpoint_keeps_attention_mtp_and_head_in_bf16() -> None:
+    f = weight_formats(DSR1, Precision.FP4)
+    assert (f.linear, f.attention_out) == (Precision.FP4, Precision.FP4)
+    assert (f.attention, f.lm_head, f.mtp) == (Precision.BF16,) * 3
+    llama = weight_formats(model_named("llama-3.1-70b"), Precision.FP8)
+    assert (llama.attention, llama.lm_head) == (Precision.FP8, Precision.BF16)
+
+
 def test_attention_runs_at_the_kv_cache_precision_not_the_weights() -> None:
     """FP4 weights keep an FP8 cache (plans.KV_PRECISION): the attention products run at B200's FP8 rate, half
     its FP4 one, so at equal FLOPs attention takes twice the time a linear layer would."""
@@ -62,16 +73,20 @@ def test_a_hotter_gpu_slows_the_experts_and_their_all_to_all_only() -> None:
     assert hot.dense == even.dense and hot.attention == even.attention
 
 
-def test_mtp_emits_the_measured_tokens_and_pays_one_layer_per_draft() -> None:
+def test_mtp_emits_the_measured_tokens_and_pays_one_module_forward_per_draft() -> None:
     assert [DEEPSEEK_MTP.with_drafts(d).tokens_emitted for d in (0, 1, 2, 3)] == [1.0, 1.92, 2.58, 2.82]
     assert Mtp(drafts=2, acceptance=0.5).tokens_emitted == pytest.approx(1.75)  # no measurement: geometric
     plan = ServePlan(tp=8, ep=8, batch=16)
     steps = [step(plan, mtp=DEEPSEEK_MTP.with_drafts(d)) for d in (1, 2, 3)]
     drafts = [s.draft_s for s in steps]
     assert drafts[1] == pytest.approx(2 * drafts[0]) and drafts[2] == pytest.approx(3 * drafts[0])
-    one_token = step(plan)
-    layer = (one_token.roofline_s + one_token.ep_comm_s + one_token.tp_comm_s) / DSR1.layers
-    assert drafts[0] == pytest.approx(layer + EFF.layer_overhead_s)
+    # one draft is the BF16 MTP module (one layer and the output head) over one token per sequence, no step cost
+    module = decode_step(
+        mtp_module(DSR1), Precision.BF16, plan, gpu=B200.gpu, links=links_of(B200), span=Span.packed(8, 8),
+        context=1536.0, eff=replace(EFF, step_overhead_s=0.0), batch=16.0,
+    )  # fmt: skip
+    assert drafts[0] == pytest.approx(module.step_s)
+    assert module.weights_s > step(plan).weights_s / DSR1.layers  # BF16 weights: more bytes than one FP4 layer
 
 
 def test_a_mean_batch_interpolates_between_whole_ones() -> None:

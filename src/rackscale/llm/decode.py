@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from rackscale.llm.checkpoint import dense_seconds_per_token, mtp_module, weight_formats
 from rackscale.llm.fabric import Links, Span, all_reduce_s, all_to_all_s
 from rackscale.llm.hardware import GpuSpec
 from rackscale.llm.models import ModelSpec
@@ -206,10 +207,16 @@ def linear_flops_per_token(model: ModelSpec) -> float:
 
 
 @lru_cache(maxsize=256)
-def split_linear_flops_per_token(model: ModelSpec) -> tuple[float, float]:
-    """(routed experts, everything else) of :func:`linear_flops_per_token`."""
-    routed = 2.0 * model.moe_layers * model.top_k * model.expert_params() if model.is_moe else 0.0
-    return routed, linear_flops_per_token(model) - routed
+def routed_flops_per_token(model: ModelSpec) -> float:
+    """The routed experts' share of :func:`linear_flops_per_token`."""
+    return 2.0 * model.moe_layers * model.top_k * model.expert_params() if model.is_moe else 0.0
+
+
+def linear_seconds_per_token(model: ModelSpec, precision: Precision, gpu: GpuSpec) -> tuple[float, float]:
+    """(routed experts, dense weights): seconds at the tensor-core peak for one token, each weight group at
+    the rate of the format its checkpoint keeps it in (:mod:`rackscale.llm.checkpoint`)."""
+    routed = routed_flops_per_token(model) / gpu.flops(weight_formats(model, precision).linear)
+    return routed, dense_seconds_per_token(model, precision, gpu)
 
 
 def decode_step(
@@ -241,9 +248,8 @@ def decode_step(
     per_stage_tokens = tokens / plan.pp
     hot = imbalance if plan.ep > 1 else 1.0
     touched = _experts_touched(model, per_stage_tokens * hot)
-    routed_flops, dense_flops = split_linear_flops_per_token(model)
+    routed_s, dense_s = linear_seconds_per_token(model, precision, gpu)
     per_gpu_tokens = per_stage_tokens / stage / plan.pp  # linear work is spread evenly over the stage's GPUs
-    linear_rate = gpu.flops(precision) * eff.compute
     attn_flops = model.attention_flops_per_token(context) * (tokens_rank / plan.pp) / plan.tp / plan.pp
     hbm_rate = gpu.hbm_bytes_per_s * eff.memory
     layers_stage = model.layers / plan.pp
@@ -265,10 +271,10 @@ def decode_step(
     pp = plan.pp
     return StepTerms(
         dense=OpRoofline(
-            compute_s=dense_flops * per_gpu_tokens / linear_rate * pp, memory_s=one.shared_weights / hbm_rate * pp
+            compute_s=dense_s * per_gpu_tokens / eff.compute * pp, memory_s=one.shared_weights / hbm_rate * pp
         ),
         experts=OpRoofline(
-            compute_s=routed_flops * per_gpu_tokens * hot / linear_rate * pp,
+            compute_s=routed_s * per_gpu_tokens * hot / eff.compute * pp,
             memory_s=one.expert_weights * touched / hbm_rate * pp,
         ),
         attention=OpRoofline(
@@ -299,11 +305,9 @@ def _drafts_s(
     seqs: float,
     imbalance: float,
 ) -> float:
-    """The drafts' cost: each draft is a forward of the MTP module, one transformer layer of the model's own
-    shape (DeepSeek-V3 report, section 2.2), over one token per sequence, run in turn before the step verifies
-    them: a layer's share of a one-token step, launch costs included. (At batch 1 this already matches NVIDIA's
-    measured cost of a draft: TensorRT-LLM blog 1's steps grow by about 0.7 ms per draft on 8 B200, and the
-    model's by 0.9 ms, most of it the extra verified tokens' expert weights.)"""
+    """The drafts' cost: each draft is a forward of the MTP module (one transformer layer of the model's own
+    shape and the shared output head: DeepSeek-V3 report, section 2.2) over one token per sequence, run in
+    turn before the step verifies them."""
     if mtp.drafts == 0:
         return 0.0
     layer = _draft_layer_s(model, precision, plan, gpu, links, span, context, eff, slowdown, seqs, imbalance)
@@ -324,13 +328,15 @@ def _draft_layer_s(
     seqs: float,
     imbalance: float,
 ) -> float:
-    """One MTP module forward: a layer's share of a one-token step (cached: a curve asks for it once per draft
-    count)."""
-    one = decode_step(
-        model, precision, plan, gpu=gpu, links=links, span=span, context=context, eff=eff,
-        slowdown=slowdown, batch=seqs, imbalance=imbalance,
+    """One MTP module forward: its one layer and the output head over one token per sequence, in the format the
+    checkpoint keeps the module in (BF16 beside NVFP4 weights), with its own collectives and launch gaps and
+    no step's fixed cost (cached: a curve asks for it once per draft count)."""
+    module = mtp_module(model)
+    draft = decode_step(
+        module, weight_formats(model, precision).mtp, plan, gpu=gpu, links=links, span=span, context=context,
+        eff=replace(eff, step_overhead_s=0.0), slowdown=slowdown, batch=seqs, imbalance=imbalance,
     )  # fmt: skip
-    return (one.roofline_s + one.ep_comm_s + one.tp_comm_s) / model.layers + eff.layer_overhead_s * plan.pp
+    return draft.step_s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -360,7 +366,7 @@ def prefill(
     """Prefill of ``requests`` prompts of ``isl`` tokens in one pass of ``plan`` (compute-bound when large)."""
     stage = plan.stage_gpus
     tokens = float(requests * isl)
-    linear = linear_flops_per_token(model) * tokens / gpu.flops(precision)
+    linear = sum(linear_seconds_per_token(model, precision, gpu)) * tokens
     attention = model.attention_flops_per_token(isl / 2.0) * tokens / gpu.flops(KV_PRECISION[precision])
     compute = (linear + attention) / (plan.gpus * eff.compute)
     mem = gpu_memory(model, precision, plan, context=0.0)

@@ -39,9 +39,12 @@ class Links:
     nic_bytes_s: float
     backbone_bytes_s: float
     # Fixed costs, measured (aiconfigurator 0.12.0's GB200 tables, docs/perf.md): a small all-reduce under
-    # CUDA graphs takes ~4 us (two of these); a DeepEP low-latency dispatch or combine of one token ~17 us.
+    # CUDA graphs takes ~4 us (two of these). An all-to-all of one token per rank (hidden 7168, top-8 of 256):
+    # TensorRT-LLM's one-sided kernel on GB200 NVL72 takes 19-20 us to dispatch and 31 us to combine at EP8
+    # and EP32 alike (TensorRT-LLM tech blog 18), 25 us on average; DeepEP's low-latency kernels ~17 us
+    # (aiconfigurator's GB200 table). The TensorRT-LLM figure, as the published runs used TensorRT-LLM.
     nvlink_latency_s: float = 2e-6
-    nvlink_a2a_latency_s: float = 17e-6
+    nvlink_a2a_latency_s: float = 25e-6
     nic_latency_s: float = 25e-6  # the same over RDMA: GPU-initiated puts through a leaf/spine pair
     backbone_latency_s: float = 50e-6
 

@@ -85,6 +85,11 @@ class ModelSpec:
         o = float(self.heads) * self.v_head_dim * h
         return q + kv_a + kv_b + o
 
+    def attention_out_params_per_layer(self) -> float:
+        """The o projection of one attention block (included in :meth:`attention_params_per_layer`)."""
+        width = self.v_head_dim if self.uses_mla else self.head_dim
+        return float(self.heads) * width * self.hidden
+
     def dense_ffn_params_per_layer(self) -> float:
         return float(self._ffn_matrices) * self.hidden * self.ffn
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from rackscale.llm.checkpoint import dense_bytes, dense_weights, weight_formats
 from rackscale.llm.models import ModelSpec
 from rackscale.llm.precision import BYTES_PER_PARAM, Precision
 
@@ -77,10 +78,11 @@ class GpuMemory:
     shared_weights: float  # attention, dense FFN, shared experts, embeddings: read in full every step
     expert_weights: float  # routed experts on this GPU: read as far as the batch's tokens touch them
     kv_cache: float
+    lookup_weights: float = 0.0  # the input embedding: held, but only a batch's rows are read
 
     @property
     def total(self) -> float:
-        return self.shared_weights + self.expert_weights + self.kv_cache
+        return self.shared_weights + self.expert_weights + self.kv_cache + self.lookup_weights
 
 
 def kv_split(model: ModelSpec, plan: ServePlan) -> int:
@@ -92,31 +94,34 @@ def kv_split(model: ModelSpec, plan: ServePlan) -> int:
 
 
 @lru_cache(maxsize=4096)
-def _weights(model: ModelSpec, precision: Precision, tp: int, stage_gpus: int, ep: int, pp: int) -> tuple[float, float]:
-    """(shared, routed) weight bytes on one GPU; cached: a curve asks for the same plan at every batch."""
-    w = BYTES_PER_PARAM[precision]
-    attn = model.attention_params_per_layer() * model.layers
-    dense_ffn = model.dense_ffn_params_per_layer() * (model.dense_layers if model.is_moe else model.layers)
-    shared = model.expert_params() * model.shared_experts * model.moe_layers
-    router = model.router_params_per_layer() * model.moe_layers
-    per_tp = (attn + dense_ffn + shared + router) / pp / tp + model.embedding_params() / tp
-    routed = model.expert_params_total() / pp / (ep if ep > 1 else stage_gpus)
-    return per_tp * w, routed * w
+def _weights(
+    model: ModelSpec, precision: Precision, tp: int, stage_gpus: int, ep: int, pp: int
+) -> tuple[float, float, float]:
+    """(streamed dense, routed, looked-up) weight bytes on one GPU, each weight group in the format its
+    checkpoint keeps it (:mod:`rackscale.llm.checkpoint`); cached: a curve asks for the same plan at every
+    batch. The LM head and the input embedding sit on one stage and are split ``tp`` ways."""
+    streamed, lookup = dense_bytes(model, precision)
+    head = dense_weights(model).lm_head * BYTES_PER_PARAM[weight_formats(model, precision).lm_head]
+    per_tp = (streamed - head) / pp / tp + head / tp
+    routed = model.expert_params_total() * BYTES_PER_PARAM[weight_formats(model, precision).linear]
+    return per_tp, routed / pp / (ep if ep > 1 else stage_gpus), lookup / tp
 
 
 def gpu_memory(model: ModelSpec, precision: Precision, plan: ServePlan, *, context: float) -> GpuMemory:
     """What one GPU holds when the instance keeps ``plan.batch`` sequences of ``context`` tokens."""
-    shared, routed = _weights(model, precision, plan.tp, plan.stage_gpus, plan.ep, plan.pp)
+    shared, routed, lookup = _weights(model, precision, plan.tp, plan.stage_gpus, plan.ep, plan.pp)
     seqs_per_gpu = plan.batch / plan.dp
     kv = seqs_per_gpu * context * model.kv_bytes_per_token(KV_PRECISION[precision]) / plan.pp
-    return GpuMemory(shared_weights=shared, expert_weights=routed, kv_cache=kv / kv_split(model, plan))
+    return GpuMemory(
+        shared_weights=shared, expert_weights=routed, kv_cache=kv / kv_split(model, plan), lookup_weights=lookup
+    )
 
 
 def max_batch(model: ModelSpec, precision: Precision, plan: ServePlan, *, context: float, hbm_bytes: float) -> int:
     """The largest batch whose weights and KV caches fit the usable HBM (0 if the weights alone do not)."""
     usable = hbm_bytes * (1.0 - HBM_RESERVE_FRACTION)
     one = gpu_memory(model, precision, plan.with_batch(plan.dp), context=context)
-    weights = one.shared_weights + one.expert_weights
+    weights = one.shared_weights + one.expert_weights + one.lookup_weights
     if weights > usable:
         return 0
     kv_per_dp_batch = one.kv_cache  # the KV of ``dp`` sequences (one per attention group)
