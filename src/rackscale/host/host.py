@@ -26,6 +26,7 @@ from rackscale.host.perf import samples_per_step
 from rackscale.host.progress import BytesMoved, EndSink, Progress, ignore_ends
 from rackscale.host.runs import Estimates, JobRun, RunStatus, RuntimeDefaults
 from rackscale.host.scaling_host import ScalingMixin
+from rackscale.host.serve_batch import ServeBatch
 from rackscale.host.services import ServicesMixin
 from rackscale.llm.jobs import LlmJobError
 from rackscale.model.placement import Placement
@@ -46,6 +47,9 @@ class HostOptions:
       service shows them; a simulation of a million jobs would only pay for them).
     - ``keep_ended``: keep the runs of ended jobs (the simulator's result; the service's store has them).
     - ``max_restarts``: a job stopped more often than this (preempted, a failed part) fails; None: never.
+    - ``batch_serving``: the services' accounting of many consecutive instants is added in one numpy pass
+      (``host/serve_batch.py``); the serving KPIs lag until ``flush_serving`` (the simulator's, which reads
+      its KPIs once, at the end; the service reads them live).
     """
 
     explain: bool = True
@@ -53,6 +57,7 @@ class HostOptions:
     estimates: Estimates = Estimates.GIVEN
     max_restarts: int | None = None
     defaults: RuntimeDefaults = field(default_factory=RuntimeDefaults)
+    batch_serving: bool = False
 
 
 class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
@@ -91,6 +96,8 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
         self.ended = 0  # jobs completed, failed or cancelled
         self._unexplained: set[str] = set()  # queued jobs no cycle has given a reason yet
         self._last: float | None = None
+        if self.options.batch_serving:
+            self._serve_batch = ServeBatch()
 
     # ------------------------------------------------------------------ inputs
     def submit(self, spec: JobSpec) -> JobRun:

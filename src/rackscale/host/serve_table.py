@@ -1,63 +1,48 @@
-"""The per-instant serving accounting of many services at once, bit for bit what the scalar loop adds.
+"""The running services' constants for the per-instant serving accounting, kept as arrays in name order.
 
 ``ServicesMixin._serve`` runs at every instant of a simulation, over every running service: at a hundred
 services and two million instants it was 70 % of the million-job run. Its per-service constants (capacity,
 replicas, the M/M/1 service rate, the LLM replica groups) change only when a service starts, stops or is
-rescaled, so they are kept here as arrays in name order (:class:`ServeTable`), and an instant's terms are
-computed with numpy in one pass (:func:`serve_vector`).
+rescaled, so they are kept here (:class:`ServeTable`: one column per service, one per LLM replica group),
+and :mod:`rackscale.host.serve_pass` computes the instants' terms with numpy.
 
-Bit for bit: every term is computed with the same IEEE operations in the same order as the scalar code
-(elementwise ``+ - * /``, ``min``/``max``, ``ceil`` and comparisons are exact in numpy as in Python; no
-transcendental function is vectorised: the demand's ``cos`` is evaluated once per distinct profile with
-``math``), and every KPI sum is a sequential left fold over the terms in name order (``np.add.accumulate``
-runs strictly left to right; ``np.sum``'s pairwise summation would round differently), so the KPIs are
-exactly the scalar loop's. tests/host/test_serve_table.py checks both against each other.
+At the million's scale a service starts or stops about every tenth instant, so a new table is mostly the
+last one with one service more or less: :func:`next_table` splices the changed services' columns into the
+last table's arrays (a few numpy calls) rather than converting every service again (:func:`build_table`,
+the reference it must equal: tests/host/test_serve_table.py checks it at every instant of a run).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 from numpy.typing import NDArray
 
-from rackscale.host import serving
-from rackscale.host.kpis import KpiAccumulator
 from rackscale.host.runs import JobRun
 from rackscale.llm.job_plans import LOAD_LEVELS
 from rackscale.llm.jobs import ReplicaServing
 from rackscale.model.running import RunningJob
 from rackscale.model.workload import JobSpec, ServingProfile
 
-LOG100 = math.log(100.0)  # the p99 of an exponential sojourn is ln(100) / rate (serving.p99_latency_s)
 VECTOR_MIN = 24  # below this many services the scalar loop is faster than numpy's per-call overhead
+SPLICE_MAX = 8  # at most this many changed services are spliced into the last table; more: a full build
 
 F64 = NDArray[np.float64]
 Groups = Mapping[str, tuple[tuple[ReplicaServing, int], ...]]
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _LlmRows:
-    """One row per (LLM service, replica speed group), services in name order, groups in their order."""
-
-    service: NDArray[np.intp]  # the row's service (index into the table's arrays)
-    share: F64  # the group's share of the service's replicas
-    steps: F64  # (rows, LOAD_LEVELS): the group's decode step at each load level
-    emitted: F64
-    prefill_share: F64
-    prefill_s: F64
-    inter_slo: F64  # its service's interactivity SLO (nan: none)
-    has_inter: NDArray[np.bool_]
-    ttft_slo: F64  # its service's TTFT SLO (nan: none)
-    has_ttft: NDArray[np.bool_]
-    arange: NDArray[np.intp]
-    sums: F64  # (8, rows + 1): the eight LLM sums' buffer (``_serve_llm``)
-
-
-# One LLM row: (share, replica serving, interactivity SLO or nan, TTFT SLO or nan)
-_LlmRow = tuple[float, ReplicaServing, float, float]
+# A service's numbers, one row of ``ServeTable.cols`` each, in this order (``Row.vec``).
+COLUMNS = ("peak", "trough", "capacity", "replicas", "tokens_per_request", "slo", "mu", "peak_hour", "llm_rows")
+# Each LLM replica group's numbers, one row of ``ServeTable.lcols`` each (``Row.llm_vec``, the groups one
+# after another): its share of the service's replicas, the SLOs (nan: none), then its decode step at each
+# of the LOAD_LEVELS load levels.
+LLM_COLUMNS = ("share", "emitted", "prefill_share", "prefill_s", "inter_slo", "ttft_slo")
+LLM_WIDTH = len(LLM_COLUMNS) + LOAD_LEVELS
+_LLM_ROWS = COLUMNS.index("llm_rows")
+_PEAK_HOUR = COLUMNS.index("peak_hour")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +53,9 @@ class Row:
     rj: RunningJob | None
     replica_tps: float
     groups: tuple[tuple[ReplicaServing, int], ...] | None
-    profile: ServingProfile
-    capacity: float
-    replicas: float
-    mu: float
-    ok: bool
-    llm: tuple[_LlmRow, ...]
+    vec: tuple[float, ...]  # ``COLUMNS``
+    llm_vec: tuple[float, ...]  # ``LLM_WIDTH`` per LLM replica group
+    vector: bool  # its LLM groups know their step at every load level (else the scalar loop is used)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,19 +67,13 @@ class ServeTable:
     version: int
     names: tuple[str, ...]
     running: list[RunningJob | None]
+    rows: tuple[Row, ...]
     vector: bool
+    cols: F64  # (len(COLUMNS), services), each row contiguous
+    lcols: F64  # (LLM_WIDTH, LLM groups): the groups of the services in name order, each in its order
     peak_hours: tuple[float, ...]  # the distinct peak hours: the wave is computed once for each
     wave: NDArray[np.intp]  # each service's peak hour (index into ``peak_hours``)
-    peak: F64
-    trough: F64
-    capacity: F64
-    replicas: F64
-    tokens_per_request: F64
-    slo: F64
-    mu: F64  # requests per second per replica (capacity / replicas / tokens per request)
-    ok: NDArray[np.bool_]  # replicas > 0 and capacity > 0 (else no finite p99)
-    sums: F64  # (4, services + 1): the four sums' buffer
-    llm: _LlmRows | None
+    service: NDArray[np.intp]  # each LLM group's service (index into the services)
 
     def fresh(self, version: int, names_count: int, running: Mapping[str, RunningJob]) -> bool:
         """Still what the services are: same capacities' version, same count, same running jobs."""
@@ -113,24 +89,56 @@ def _row(name: str, r: JobRun, rj: RunningJob | None, prof: ServingProfile, grou
     capacity = r.replica_tps * replicas  # as the scalar loop computes it
     valid = replicas > 0 and capacity > 0
     gs = groups.get(name)
-    llm: list[_LlmRow] = []
+    llm: list[tuple[float, ReplicaServing, float, float]] = []
     if r.spec.llm is not None and valid and gs:
         total = sum(n for _, n in gs)
         inter, ttft = r.spec.llm.interactivity_slo, r.spec.llm.ttft_slo_s
         for served, n in gs:
             llm.append((n / total, served, math.nan if inter is None else inter, math.nan if ttft is None else ttft))
-    return Row(
-        r,
-        rj,
-        r.replica_tps,
-        gs,
-        prof,
+    vec = (
+        prof.peak_tokens_per_s,
+        prof.trough_fraction,
         capacity,
         float(replicas),
-        capacity / replicas / prof.tokens_per_request if valid else 0.0,
-        valid,
-        tuple(llm),
+        prof.tokens_per_request,
+        prof.slo_p99_s,
+        capacity / replicas / prof.tokens_per_request if valid else 0.0,  # mu, requests/s per replica
+        prof.peak_hour,
+        float(len(llm)),
     )
+    llm_vec = tuple(
+        v
+        for share, s, inter_slo, ttft_slo in llm
+        for v in (share, s.emitted, s.prefill_share, s.prefill_s, inter_slo, ttft_slo, *s.level_steps)
+    )
+    vector = all(len(s.level_steps) == LOAD_LEVELS for _, s, _, _ in llm)
+    return Row(r, rj, r.replica_tps, gs, vec, llm_vec, vector)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Inputs:
+    """What a table is built from: the running services' runs and jobs, profiles and LLM replica groups.
+    ``rows``: each service's constants from earlier builds, reused while what they were computed from is
+    the same, updated by the builds (services no longer named are dropped by a full build)."""
+
+    runs: Mapping[str, JobRun]
+    running: Mapping[str, RunningJob]
+    profile_of: Callable[[JobSpec], ServingProfile]
+    groups: Groups
+    rows: dict[str, Row]
+
+    def row(self, name: str, rj: RunningJob | None) -> Row:
+        r = self.runs[name]
+        row = self.rows.get(name)
+        if (
+            row is None
+            or row.run is not r
+            or row.rj is not rj
+            or row.replica_tps != r.replica_tps
+            or row.groups is not self.groups.get(name)
+        ):
+            row = self.rows[name] = _row(name, r, rj, self.profile_of(r.spec), self.groups)
+        return row
 
 
 def build_table(
@@ -143,149 +151,113 @@ def build_table(
     groups: Groups,
     rows: dict[str, Row] | None = None,
 ) -> ServeTable:
-    """The table of ``names`` (sorted). ``rows``: each service's constants from earlier builds, reused
-    while what they were computed from is the same, updated here (services no longer named are dropped)."""
-    cache: dict[str, Row] = rows if rows is not None else {}
-    rjs = [running.get(n) for n in names]
-    got: list[Row] = []
-    for name, rj in zip(names, rjs, strict=True):
-        r = runs[name]
-        row = cache.get(name)
-        if (
-            row is None
-            or row.run is not r
-            or row.rj is not rj
-            or row.replica_tps != r.replica_tps
-            or row.groups is not groups.get(name)
-        ):
-            row = cache[name] = _row(name, r, rj, profile_of(r.spec), groups)
-        got.append(row)
+    """The table of ``names`` (sorted), every service converted (the reference :func:`next_table` equals)."""
+    inputs = Inputs(runs=runs, running=running, profile_of=profile_of, groups=groups, rows={} if rows is None else rows)
+    return _full(version, names, inputs)
+
+
+def _full(version: int, names: Sequence[str], inputs: Inputs) -> ServeTable:
+    cache = inputs.rows
+    rjs = [inputs.running.get(n) for n in names]
+    got = [inputs.row(name, rj) for name, rj in zip(names, rjs, strict=True)]
     if len(cache) > len(got):
         for gone in set(cache) - set(names):
             del cache[gone]
-    hours: dict[float, int] = {}
-    wave = [hours.setdefault(row.profile.peak_hour, len(hours)) for row in got]
-    llm_rows = [(i, x) for i, row in enumerate(got) for x in row.llm]
-    vector = all(len(x[1].level_steps) == LOAD_LEVELS for _, x in llm_rows)
-    llm = None
-    if llm_rows and vector:
-        m = len(llm_rows)
-        llm = _LlmRows(
-            service=np.array([i for i, _ in llm_rows], dtype=np.intp),
-            share=np.array([x[0] for _, x in llm_rows]),
-            steps=np.array([x[1].level_steps for _, x in llm_rows], dtype=np.float64).reshape(m, LOAD_LEVELS),
-            emitted=np.array([x[1].emitted for _, x in llm_rows]),
-            prefill_share=np.array([x[1].prefill_share for _, x in llm_rows]),
-            prefill_s=np.array([x[1].prefill_s for _, x in llm_rows]),
-            inter_slo=np.array([x[2] for _, x in llm_rows]),
-            has_inter=np.array([not math.isnan(x[2]) for _, x in llm_rows]),
-            ttft_slo=np.array([x[3] for _, x in llm_rows]),
-            has_ttft=np.array([not math.isnan(x[3]) for _, x in llm_rows]),
-            arange=np.arange(m, dtype=np.intp),
-            sums=np.empty((8, m + 1)),
-        )
+    n = len(got)
+    cols = np.fromiter(chain.from_iterable(row.vec for row in got), np.float64, n * len(COLUMNS))
+    m = sum(len(row.llm_vec) for row in got) // LLM_WIDTH
+    vector = all(row.vector for row in got)
+    lcols = np.fromiter(chain.from_iterable(row.llm_vec for row in got), np.float64, m * LLM_WIDTH) if vector else None
+    return _table(version, tuple(names), rjs, tuple(got), vector, cols.reshape(n, len(COLUMNS)).T, lcols, m)
+
+
+def _table(
+    version: int,
+    names: tuple[str, ...],
+    rjs: list[RunningJob | None],
+    rows: tuple[Row, ...],
+    vector: bool,
+    cols: F64,
+    flat_lcols: F64 | None,
+    m: int,
+) -> ServeTable:
+    """A table over ``cols`` (a row per column) and the LLM groups' numbers (``flat_lcols``, group by
+    group; None when not ``vector``)."""
+    cols = np.ascontiguousarray(cols)
+    hours, wave = np.unique(cols[_PEAK_HOUR], return_inverse=True)
+    if flat_lcols is None or not vector:
+        lcols = np.empty((LLM_WIDTH, 0))
+        service = np.empty(0, dtype=np.intp)
+        vector = False
+    else:
+        lcols = np.ascontiguousarray(flat_lcols.reshape(m, LLM_WIDTH).T)
+        service = np.repeat(np.arange(len(names), dtype=np.intp), cols[_LLM_ROWS].astype(np.intp))
     return ServeTable(
         version=version,
-        names=tuple(names),
+        names=names,
         running=rjs,
+        rows=rows,
         vector=vector,
-        peak_hours=tuple(hours),
-        wave=np.array(wave, dtype=np.intp),
-        peak=np.array([row.profile.peak_tokens_per_s for row in got], dtype=np.float64),
-        trough=np.array([row.profile.trough_fraction for row in got], dtype=np.float64),
-        capacity=np.array([row.capacity for row in got], dtype=np.float64),
-        replicas=np.array([row.replicas for row in got], dtype=np.float64),
-        tokens_per_request=np.array([row.profile.tokens_per_request for row in got], dtype=np.float64),
-        slo=np.array([row.profile.slo_p99_s for row in got], dtype=np.float64),
-        mu=np.array([row.mu for row in got], dtype=np.float64),
-        ok=np.array([row.ok for row in got], dtype=np.bool_),
-        sums=np.empty((4, len(got) + 1)),
-        llm=llm,
+        cols=cols,
+        lcols=lcols,
+        peak_hours=tuple(hours.tolist()),
+        wave=wave.astype(np.intp).reshape(len(names)),
+        service=service,
     )
 
 
-def fold(start: float, terms: F64) -> float:
-    """``start + terms[0] + terms[1] + ...``, left to right (a Python loop of ``+=`` adds the same)."""
-    if terms.size == 0:
-        return start
-    return float(np.add.accumulate(np.concatenate(([start], terms)))[-1])
+def next_table(
+    last: ServeTable | None, *, version: int, names: Sequence[str], inputs: Inputs, rescaled: Collection[str]
+) -> ServeTable:
+    """The table of ``names`` (sorted), as :func:`build_table` gives it. ``last``: the table before, and
+    ``rescaled``: the services whose capacity was recomputed since (``ServicesMixin._rescale``: the only
+    writer of a run's ``replica_tps`` and LLM groups). The services before and after the changed ones (same
+    name, same running job, not rescaled) keep their rows, so their columns are copied as they are and
+    only the changed ones are converted; too many changes (or a scalar one), a full build."""
+    rjs = [inputs.running.get(n) for n in names]
+    if last is None or not last.vector:
+        return _full(version, names, inputs)
+    old_names, old_rjs = last.names, last.running
+    # The unchanged head and tail: same names, same running jobs (by identity).
+    head = 0
+    for a, b, x, y in zip(old_names, names, old_rjs, rjs, strict=False):
+        if a != b or x is not y:
+            break
+        head += 1
+    tail = 0
+    limit = min(len(old_names), len(names)) - head
+    while tail < limit and old_names[-1 - tail] == names[-1 - tail] and old_rjs[-1 - tail] is rjs[-1 - tail]:
+        tail += 1
+    new_end = len(names) - tail
+    if new_end - head > SPLICE_MAX or not set(rescaled) <= set(names[head:new_end]):
+        return _full(version, names, inputs)
+    middle = [inputs.row(name, rj) for name, rj in zip(names[head:new_end], rjs[head:new_end], strict=True)]
+    if not all(row.vector for row in middle):
+        return _full(version, names, inputs)
+    for gone in set(old_names[head : len(old_names) - tail]) - set(names):
+        inputs.rows.pop(gone, None)
+    old_end = len(old_names) - tail
+    counts = last.cols[_LLM_ROWS]
+    l_head = int(counts[:head].sum())
+    l_end = l_head + int(counts[head:old_end].sum())
+    k = len(middle)
+    block = np.fromiter(chain.from_iterable(row.vec for row in middle), np.float64, k * len(COLUMNS))
+    cols = np.concatenate((last.cols[:, :head], block.reshape(k, len(COLUMNS)).T, last.cols[:, old_end:]), axis=1)
+    lblock = np.fromiter(chain.from_iterable(row.llm_vec for row in middle), np.float64)
+    flat = last.lcols.T.ravel()  # group by group, as ``_table`` takes them
+    lflat = np.concatenate((flat[: l_head * LLM_WIDTH], lblock, flat[l_end * LLM_WIDTH :]))
+    rows = last.rows[:head] + tuple(middle) + last.rows[old_end:]
+    return _table(version, tuple(names), rjs, rows, True, cols, lflat, len(lflat) // LLM_WIDTH)
 
 
-# Several sums at once: row k of ``sums`` is sum k's start then its terms, and ``np.add.accumulate`` along
-# the rows adds each left to right. A term a sum skips (a service whose p99 missed its SLO, say) is +0.0
-# there: adding +0.0 leaves any sum unchanged, since a sum that starts at +0.0 is never -0.0 (x + y is -0.0
-# only when both are -0.0).
-
-
-def serve_vector(t: ServeTable, kpi: KpiAccumulator, dt: float, t_mid: float) -> None:
-    """Add one interval of every service in ``t`` to ``kpi``, as ``ServicesMixin._serve_each`` would."""
-    waves = np.array([serving.daily_wave(h, t_mid) for h in t.peak_hours], dtype=np.float64)
-    trough = t.trough
-    demand = t.peak * (trough + (1.0 - trough) * waves[t.wave])  # serving.demand_tokens_per_s's expression
-    served = np.minimum(demand, t.capacity) * dt
-    weight = demand * dt
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        lam = demand / t.replicas / t.tokens_per_request
-        p99 = np.where(t.ok & (lam < t.mu), LOG100 / (t.mu - lam), math.inf)
-    finite = np.isfinite(p99)
-    sums = t.sums
-    sums[:, 0] = (kpi.tokens, kpi.slo_weight, kpi.slo_met_weight, kpi.overloaded_weight)
-    sums[0, 1:] = served
-    sums[1, 1:] = weight
-    sums[2, 1:] = np.where(p99 <= t.slo, weight, 0.0)
-    sums[3, 1:] = np.where(finite, 0.0, weight)
-    end = np.add.accumulate(sums, axis=1)[:, -1].tolist()
-    kpi.tokens, kpi.slo_weight, kpi.slo_met_weight, kpi.overloaded_weight = end
-    worst = float(np.where(finite, p99, -math.inf).max())
-    if worst > -math.inf:
-        kpi.worst_p99_latency_s = max(kpi.worst_p99_latency_s, worst)
-    if t.llm is not None:
-        _serve_llm(t, t.llm, kpi, demand=demand, served=served, weight=weight)
-
-
-def _serve_llm(t: ServeTable, g: _LlmRows, kpi: KpiAccumulator, *, demand: F64, served: F64, weight: F64) -> None:
-    """``ServicesMixin._serve_llm`` with ``ReplicaServing.at_load`` for every row at once."""
-    s = g.service
-    tokens = served[s]
-    w = weight[s]
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        load = demand[s] / t.capacity[s]
-        x = np.minimum(np.maximum(load, 0.0), 1.0)
-        level = np.maximum(1.0, np.ceil(x * LOAD_LEVELS)).astype(np.intp) - 1
-        step = g.steps[g.arange, level]
-        inter = g.emitted / step * (1.0 - x * g.prefill_share)
-        ttft = np.where(load < 1.0, (g.prefill_s + step) / (1.0 - load), math.inf)
-        tf = np.isfinite(ttft)
-        ws = w * g.share
-        sums = g.sums
-        sums[:, 0] = (
-            kpi.user_tokens,
-            kpi.user_tok_s_tokens,
-            kpi.ttft_weight_finite,
-            kpi.ttft_s_weighted,
-            kpi.interactivity_weight,
-            kpi.interactivity_met_weight,
-            kpi.ttft_weight,
-            kpi.ttft_met_weight,
-        )
-        sums[0, 1:] = tokens * g.share
-        sums[1, 1:] = inter * tokens * g.share
-        sums[2, 1:] = np.where(tf, ws, 0.0)
-        sums[3, 1:] = np.where(tf, ttft * w * g.share, 0.0)
-        sums[4, 1:] = np.where(g.has_inter, ws, 0.0)
-        sums[5, 1:] = np.where(g.has_inter & (inter >= g.inter_slo), ws, 0.0)
-        sums[6, 1:] = np.where(g.has_ttft, ws, 0.0)
-        sums[7, 1:] = np.where(g.has_ttft & (ttft <= g.ttft_slo), ws, 0.0)
-    (
-        kpi.user_tokens,
-        kpi.user_tok_s_tokens,
-        kpi.ttft_weight_finite,
-        kpi.ttft_s_weighted,
-        kpi.interactivity_weight,
-        kpi.interactivity_met_weight,
-        kpi.ttft_weight,
-        kpi.ttft_met_weight,
-    ) = np.add.accumulate(sums, axis=1)[:, -1].tolist()
-
-
-__all__ = ["VECTOR_MIN", "Row", "ServeTable", "build_table", "fold", "serve_vector"]
+__all__ = [
+    "COLUMNS",
+    "LLM_COLUMNS",
+    "LLM_WIDTH",
+    "VECTOR_MIN",
+    "Inputs",
+    "Row",
+    "ServeTable",
+    "build_table",
+    "next_table",
+]

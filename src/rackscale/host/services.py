@@ -36,7 +36,9 @@ from rackscale.host.changes import Change, ChangeKind
 from rackscale.host.kpis import KpiAccumulator
 from rackscale.host.perf import Layout, replica_tokens_per_s
 from rackscale.host.runs import JobRun
-from rackscale.host.serve_table import VECTOR_MIN, Row, ServeTable, build_table, serve_vector
+from rackscale.host.serve_batch import ServeBatch
+from rackscale.host.serve_pass import serve_vector
+from rackscale.host.serve_table import VECTOR_MIN, Inputs, Row, ServeTable, next_table
 from rackscale.llm import jobs as llm_jobs
 from rackscale.llm.jobs import ReplicaServing
 from rackscale.model.placement import Placement
@@ -86,6 +88,15 @@ class QueuedScaleUp:
 
 
 @dataclass(slots=True)
+class _ServeMemory:
+    """Each service's constants, reused by the next table while unchanged, and the services ``_rescale``
+    saw since the last table (their capacity may have changed: ``serve_table.next_table``)."""
+
+    rows: dict[str, Row] = field(default_factory=dict)
+    rescaled: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
 class _LiveScaling:
     stabilisers: dict[str, Stabiliser] = field(default_factory=dict)
     queued: dict[str, QueuedScaleUp] = field(default_factory=dict)
@@ -106,7 +117,8 @@ class ServicesMixin:
     _live_scaling: _LiveScaling  # created on first use (the live autoscaler's memory)
     _serve_version: int  # bumped whenever a service's capacity may have changed (``_rescale``)
     _serve_cache: ServeTable  # the running services' constants for ``_serve`` (``serve_table``)
-    _serve_rows: dict[str, Row]  # each service's constants, reused by the next table while unchanged
+    _serve_memory: _ServeMemory  # what the next table is built from, besides the host's state
+    _serve_batch: ServeBatch  # a batching host's instants still owed to the KPIs (``flush_serving``)
 
     if TYPE_CHECKING:  # the host's
 
@@ -123,6 +135,7 @@ class ServicesMixin:
     def _rescale(self, r: JobRun, now: float) -> None:
         """Replicas changed (start or scale-up): recompute the service's capacity."""
         self._serve_version = getattr(self, "_serve_version", 0) + 1  # the serving table is out of date
+        self._serve_state().rescaled.add(r.spec.name)
         rj = self.state.running.get(r.spec.name)
         if rj is None:
             return
@@ -269,35 +282,51 @@ class ServicesMixin:
 
     def _serve(self, dt: float, t_mid: float) -> None:
         """Add the interval's served demand, SLO weights and LLM user KPIs of every running service (in
-        name order): with many services, all at once in numpy (``serve_table``: the very same bits)."""
+        name order): with many services, all at once in numpy (``serve_pass``: the very same bits), and on
+        a batching host many instants at once (``serve_batch``)."""
         if len(self.serving_jobs) >= VECTOR_MIN:
             table = self._serve_table()
             if table.vector:
-                serve_vector(table, self.kpi, dt, t_mid)
+                batch: ServeBatch | None = getattr(self, "_serve_batch", None)
+                if batch is not None:
+                    batch.add(table, self.kpi, dt, t_mid)
+                else:
+                    serve_vector(table, self.kpi, dt, t_mid)
                 return
+        self.flush_serving()  # the owed instants come first: the KPI sums keep their order
         self._serve_each(dt, t_mid)
 
+    def flush_serving(self) -> None:
+        """Add the instants a batching host still owes to the serving KPIs: call before reading them."""
+        batch: ServeBatch | None = getattr(self, "_serve_batch", None)
+        if batch is not None:
+            batch.flush(self.kpi)
+
     def _serve_table(self) -> ServeTable:
-        """The services' constants, rebuilt when a service started, stopped or was rescaled since."""
+        """The services' constants, renewed when a service started, stopped or was rescaled since."""
         version = getattr(self, "_serve_version", 0)
         running = self.state.running
         table: ServeTable | None = getattr(self, "_serve_cache", None)
         if table is None or not table.fresh(version, len(self.serving_jobs), running):
-            table = self._serve_cache = build_table(
-                version=version,
-                names=sorted(self.serving_jobs),
+            mem = self._serve_state()
+            inputs = Inputs(
                 runs=self.runs,
                 running=running,
                 profile_of=self._profile,
                 groups=getattr(self, "_llm_replicas", {}),
-                rows=self._serve_rows_cache(),
+                rows=mem.rows,
             )
+            names = sorted(self.serving_jobs)
+            table = self._serve_cache = next_table(
+                table, version=version, names=names, inputs=inputs, rescaled=mem.rescaled
+            )
+            mem.rescaled.clear()
         return table
 
-    def _serve_rows_cache(self) -> dict[str, Row]:
-        if not hasattr(self, "_serve_rows"):
-            self._serve_rows = {}
-        return self._serve_rows
+    def _serve_state(self) -> _ServeMemory:
+        if not hasattr(self, "_serve_memory"):
+            self._serve_memory = _ServeMemory()
+        return self._serve_memory
 
     def _serve_each(self, dt: float, t_mid: float) -> None:
         for name in sorted(self.serving_jobs):

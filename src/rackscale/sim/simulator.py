@@ -44,6 +44,7 @@ class Simulator(FailuresMixin, MaintenanceMixin, SchedulesMixin, ClusterHost):
                 max_restarts=self.cfg.faults.max_restarts,
                 estimates=Estimates(self.cfg.estimates),
                 defaults=RuntimeDefaults(runtime_s=DEFAULT_RUNTIME_S, service_s=DEFAULT_RUNTIME_S),
+                batch_serving=True,  # the KPIs are read once, at the end (after ``flush_serving``)
             ),
             on_end=self._announce_end,
         )
@@ -95,6 +96,7 @@ class Simulator(FailuresMixin, MaintenanceMixin, SchedulesMixin, ClusterHost):
             if on_progress is not None:
                 on_progress(total - self.active, total, now)
         end = self.q.now
+        self.flush_serving()
         for r in list(self.runs.values()):  # whatever is left when the horizon stops the run
             if r.status in (RunStatus.PENDING, RunStatus.RUNNING):
                 self._fail(r, "the simulation horizon ended before the job did", end)
