@@ -20,9 +20,9 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from fractions import Fraction
 
 from rackscale.model.topology import GPUCluster
+from rackscale.network.exact import exact, to_float
 
 
 class LinkKind(StrEnum):
@@ -78,15 +78,15 @@ class LinkLoad:
     :class:`rackscale.network.monitor.NetworkMonitor` keeps one up to date. It can also be filled by
     hand (tests, what-if questions) with :meth:`add_flow`.
 
-    Sums are kept exactly (as fractions; every float is one) so that a load depends only on the set
-    of flows, not on the order they came and went in: removing a flow restores the previous load bit
-    for bit, and removing the last one leaves no residue like 1e-13.
+    Sums are kept exactly (as integers of 2**-1074: :mod:`rackscale.network.exact`) so that a load depends
+    only on the set of flows, not on the order they came and went in: removing a flow restores the
+    previous load bit for bit, and removing the last one leaves no residue like 1e-13.
     """
 
     __slots__ = ("_exact", "_flows", "_gbps")
 
     def __init__(self) -> None:
-        self._exact: dict[Link, Fraction] = {}
+        self._exact: dict[Link, int] = {}  # the load, exactly (``exact``)
         self._gbps: dict[Link, float] = {}  # float(self._exact[link]), cached for the path search
         self._flows: dict[Link, int] = {}
 
@@ -100,7 +100,7 @@ class LinkLoad:
     def add_flow(self, link: Link, gbps: float) -> None:
         if not (math.isfinite(gbps) and gbps >= 0):
             raise ValueError(f"a flow carries a finite, non-negative rate, got {gbps} Gb/s on {link}")
-        self._set(link, self._exact.get(link, Fraction(0)) + Fraction(gbps))
+        self._set(link, self._exact.get(link, 0) + exact(gbps))
         self._flows[link] = self._flows.get(link, 0) + 1
 
     def remove_flow(self, link: Link, gbps: float) -> None:
@@ -111,7 +111,7 @@ class LinkLoad:
             return
         self._flows[link] = count
         # max(): a caller removing more than it added must not leave a negative load behind.
-        self._set(link, max(Fraction(0), self._exact[link] - Fraction(gbps)))
+        self._set(link, max(0, self._exact[link] - exact(gbps)))
 
     def items(self) -> Iterator[tuple[Link, float]]:
         """The loaded links and their Gb/s, in no particular order."""
@@ -120,6 +120,6 @@ class LinkLoad:
     def __len__(self) -> int:
         return len(self._gbps)
 
-    def _set(self, link: Link, exact: Fraction) -> None:
-        self._exact[link] = exact
-        self._gbps[link] = float(exact)
+    def _set(self, link: Link, load: int) -> None:
+        self._exact[link] = load
+        self._gbps[link] = to_float(load)

@@ -17,11 +17,11 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 
 from rackscale.model.placement import Placement
 from rackscale.model.topology import GPUCluster
 from rackscale.model.workload import JobSpec
+from rackscale.network.exact import exact, to_float
 from rackscale.network.links import Link, LinkLoad, rack_uplink_capacity_gbps
 from rackscale.network.paths import Path, get_low_latency_paths, select_best_path
 from rackscale.network.traffic import Flow, Traffic, traffic_for
@@ -110,7 +110,7 @@ class NetworkMonitor:
         self._jobs: dict[str, _Running] = {}
         # nvlink, rdma, backbone bytes per step, then the same per second; exact (see LinkLoad), so
         # that removing a job restores the totals from before it was added, whatever came between.
-        self._sums = [Fraction(0)] * 6
+        self._sums = [0] * 6
         self._rack_flows: dict[int, int] = {}  # routed flow ends per rack: the racks with uplink load
 
     @property
@@ -179,7 +179,7 @@ class NetworkMonitor:
         return self._jobs[name].routes
 
     def totals(self) -> TrafficTotals:
-        nvlink, rdma, backbone, nvlink_s, rdma_s, backbone_s = (float(v) for v in self._sums)
+        nvlink, rdma, backbone, nvlink_s, rdma_s, backbone_s = (to_float(v) for v in self._sums)
         return TrafficTotals(len(self._jobs), nvlink, rdma, backbone, nvlink_s, rdma_s, backbone_s)
 
     # ------------------------------------------------------------------ uplinks
@@ -228,5 +228,5 @@ class NetworkMonitor:
             return  # a job that moves no bytes (one GPU, batch) changes no sum: skip the exact arithmetic
         for i, v in enumerate((traffic.nvlink, traffic.rdma, traffic.backbone)):
             # The per-second product is rounded once, as a float, so the add and the remove agree.
-            self._sums[i] += sign * Fraction(v)
-            self._sums[i + 3] += sign * Fraction(v * steps_per_s)
+            self._sums[i] += sign * exact(v)
+            self._sums[i + 3] += sign * exact(v * steps_per_s)
