@@ -184,7 +184,11 @@ def _table(
     """A table over ``cols`` (a row per column) and the LLM groups' numbers (``flat_lcols``, group by
     group; None when not ``vector``)."""
     cols = np.ascontiguousarray(cols)
-    hours, wave = np.unique(cols[_PEAK_HOUR], return_inverse=True)
+    peak_hour = cols[_PEAK_HOUR]
+    if len(peak_hour) and (peak_hour == peak_hour[0]).all():  # one peak hour (the common case): no sort
+        hours, wave = peak_hour[:1], np.zeros(len(names), dtype=np.intp)
+    else:
+        hours, wave = np.unique(peak_hour, return_inverse=True)
     if flat_lcols is None or not vector:
         lcols = np.empty((LLM_WIDTH, 0))
         service = np.empty(0, dtype=np.intp)

@@ -25,6 +25,8 @@ from array import array
 from dataclasses import dataclass
 from enum import StrEnum
 
+import numpy as np
+
 from rackscale.model.workload import JobKind, JobSpec
 
 __all__ = ["BACKOFF", "BUCKETS", "GroupLevel", "LogHistogram", "Prediction", "RuntimePredictor", "size_bucket"]
@@ -109,9 +111,9 @@ class LogHistogram:
         self.weight += 1.0
 
     def halve(self) -> None:
-        tree = self._tree
-        for i in range(1, BUCKETS + 1):
-            tree[i] *= 0.5
+        # In place, through a numpy view of the array's buffer: each node times 0.5, the same IEEE product
+        # as a Python loop gives (node 0, unused, stays 0.0), without a bytecode loop over the buckets.
+        np.frombuffer(self._tree, dtype=np.float64)[:] *= 0.5
         self.weight *= 0.5
 
     def quantile(self, q: float) -> float:
