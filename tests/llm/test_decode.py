@@ -11,6 +11,7 @@ from rackscale.llm.checkpoint import mtp_module, weight_formats
 from rackscale.llm.decode import DEEPSEEK_MTP, NO_MTP, Mtp, StepTerms, decode_step, expert_imbalance
 from rackscale.llm.fabric import Span
 from rackscale.llm.hardware import system_named
+from rackscale.llm.kernels import MEASURED_MOE_KERNELS, MoeBackend, moe_kernels
 from rackscale.llm.models import model_named
 from rackscale.llm.plans import ServePlan
 from rackscale.llm.precision import Precision
@@ -21,10 +22,17 @@ B200 = system_named("b200")
 EFF = serving_efficiency(B200.gpu)
 
 
-def step(plan: ServePlan, *, mtp: Mtp = NO_MTP, imbalance: float = 1.0, batch: float | None = None) -> StepTerms:
+def step(
+    plan: ServePlan,
+    *,
+    mtp: Mtp = NO_MTP,
+    imbalance: float = 1.0,
+    batch: float | None = None,
+    moe_backend: MoeBackend | None = None,
+) -> StepTerms:
     return decode_step(
         DSR1, Precision.FP4, plan, gpu=B200.gpu, links=links_of(B200), span=Span.packed(plan.gpus, 8),
-        context=1536.0, eff=EFF, mtp=mtp, imbalance=imbalance, batch=batch,
+        context=1536.0, eff=EFF, mtp=mtp, imbalance=imbalance, batch=batch, moe_backend=moe_backend,
     )  # fmt: skip
 
 
@@ -94,3 +102,27 @@ def test_a_mean_batch_interpolates_between_whole_ones() -> None:
     lo, mid, hi = step(plan, batch=64.0), step(plan, batch=64.5), step(plan, batch=65.0)
     assert lo.step_s < mid.step_s < hi.step_s
     assert lo.step_s == step(plan).step_s
+
+
+def test_the_measured_moe_kernel_sets_the_experts_time() -> None:
+    """The experts run through the chip's measured MoE kernel (llm/kernels.py): a fixed cost per MoE layer plus
+    the slower of its compute and streaming shares; the min-latency kernel only up to 256 tokens."""
+    plan = ServePlan(tp=1, dp=8, ep=8, batch=16)
+    k = moe_kernels("B200", MoeBackend.CUTLASS, 16.0, 32.0)[0]
+    s = step(plan, moe_backend=MoeBackend.CUTLASS)
+    assert s.experts.fixed_s == pytest.approx(k.fixed_s * DSR1.moe_layers)
+    assert s.experts.time_s == pytest.approx(s.experts.fixed_s + max(s.experts.compute_s, s.experts.memory_s))
+    assert moe_kernels("B200", MoeBackend.TRTLLM, 300.0, 32.0)[0].backend is MoeBackend.CUTLASS  # past 256
+    assert moe_kernels("H100", None, 16.0, 32.0) == ()  # no measurement: the generic roofline
+    either = step(plan)  # no backend named: the faster measured kernel
+    assert either.experts.time_s <= min(step(plan, moe_backend=b).experts.time_s for b in MoeBackend) + 1e-12
+
+
+@pytest.mark.parametrize(
+    ("experts_per_gpu", "ep_row"),
+    [(32.0, 32), (30.0, 32), (1.0, 1), (256.0, 256)],
+    ids=["ep8", "near-ep8", "one", "all"],
+)
+def test_a_kernel_fit_is_the_nearest_measured_experts_per_gpu(experts_per_gpu: float, ep_row: int) -> None:
+    rows = dict(MEASURED_MOE_KERNELS[("GB200", MoeBackend.CUTLASS)])
+    assert moe_kernels("GB200", MoeBackend.CUTLASS, 64.0, experts_per_gpu) == (rows[ep_row],)

@@ -15,6 +15,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TypeVar
 
+from rackscale.llm.kernels import MoeBackend
 from rackscale.llm.precision import Precision
 from rackscale.llm.serving import ServingMode
 from rackscale.model.errors import RackscaleError
@@ -86,6 +87,7 @@ class ParetoPoint:
     mtp_drafts: int
     max_batch_per_rank: int  # decode max_batch_size per attention rank
     eplb: bool  # online expert load balancer on decode
+    moe_backend: MoeBackend  # decode MoE kernel (CuteDSL recipes: CUTLASS, the nearest measured kernel)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -293,6 +295,7 @@ def _points(system: str, rows: tuple[tuple[float, ...], ...]) -> tuple[ParetoPoi
             mtp_drafts=int(mtp),
             max_batch_per_rank=int(mb),
             eplb=bool(lb),
+            moe_backend=MoeBackend.TRTLLM if adp == 0 else MoeBackend.CUTLASS,
         )
         for c, pg, pt, dg, de, t, u, ms, usd, adp, mtp, mb, lb in rows
     )
@@ -300,7 +303,8 @@ def _points(system: str, rows: tuple[tuple[float, ...], ...]) -> tuple[ParetoPoi
 
 # The post's two recipe tables: conc, prefill GPUs/TP, decode GPUs/EP, tok/s/GPU, tok/s/user, TPOT ms, $/M tok;
 # then each run's decode settings from its recipe (IX_RECIPES): attention data parallel, MTP drafts, the decode
-# batch cap per attention rank, online EPLB.
+# batch cap per attention rank, online EPLB. Every TP8/EP8 recipe (no attention DP) runs TensorRT-LLM's
+# min-latency MoE (backend TRTLLM); every attention-DP one CUTLASS or CuteDSL.
 INFERENCEX_DSR1_POINTS: tuple[ParetoPoint, ...] = _points("gb200", (
     (4, 4, 4, 32, 8, 60.7, 286.40, 3.49, 10.12, 0, 3, 8, 0),
     (8, 4, 4, 32, 8, 111.8, 272.64, 3.67, 5.49, 0, 3, 8, 0),

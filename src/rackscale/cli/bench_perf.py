@@ -28,6 +28,8 @@ def bench_perf(
     from rackscale.bench.perf_figures import (
         KNOWN_MISSES,
         KNOWN_RUN_MISSES,
+        RUN_ERROR,
+        iso_conditioning,
         run_results,
         serving_results,
         training_results,
@@ -59,6 +61,7 @@ def bench_perf(
                 "dominant_a": None if res.a is None else res.a.dominant,
                 "dominant_b": None if res.b is None else res.b.dominant,
                 "known_miss": KNOWN_MISSES.get(fig.key),
+                "conditioning": iso_conditioning(fig),
             }
         )
     runs: list[dict[str, Any]] = [
@@ -128,7 +131,8 @@ def bench_perf(
         )
     console.print(rtable)
     table = Table(title="published figures: model vs published (A / B tok/s/GPU)")
-    for col in ("figure", "method", "published", "model", "error", "A: plan, dominant", "B: plan, dominant"):
+    sway = f"published ratio if one run is {RUN_ERROR:.0%} off"
+    for col in ("figure", "method", "published", "model", "error", sway, "A: plan, dominant", "B: plan, dominant"):
         table.add_column(col)
     for row in rows:
         r = row
@@ -141,6 +145,7 @@ def bench_perf(
             f"{r['published_a']:,.0f} / {r['published_b']:,.0f} = x{r['published_ratio']:.2f}",
             "n/a" if r["model_ratio"] is None else f"{r['model_a']:,} / {r['model_b']:,} = x{r['model_ratio']:.2f}",
             err,
+            _sway(r["conditioning"]),
             "-" if r["plan_a"] is None else f"{r['plan_a']}, {r['dominant_a']}",
             "-" if r["plan_b"] is None else f"{r['plan_b']}, {r['dominant_b']}",
         )
@@ -165,6 +170,12 @@ def bench_perf(
         f"speed: one serving curve (DeepSeek-R1 FP4, GB200 NVL72, {evaluated} plan x batch points) in "
         f"{speed['curve_s_median'] * 1e3:.0f} ms (median of {repeat})"
     )
+
+
+def _sway(conditioning: float | None) -> str:
+    if conditioning is None:
+        return "-"
+    return "off its curve" if conditioning == float("inf") else f"±{conditioning:.0%}"
 
 
 def bench_perf_peer(

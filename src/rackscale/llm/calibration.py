@@ -30,7 +30,9 @@ from dataclasses import dataclass
 
 from rackscale.llm.decode import DEEPSEEK_MTP, Efficiency
 from rackscale.llm.hardware import GpuSpec, system_named
+from rackscale.llm.kernels import MoeBackend
 from rackscale.llm.models import model_named
+from rackscale.llm.plans import ServePlan
 from rackscale.llm.precision import Precision
 from rackscale.llm.recipes import DisaggRecipe, replay
 from rackscale.llm.serving import ServeWorkload
@@ -82,6 +84,8 @@ SERVING_OVERHEAD_RUN = ServingRun(
         attention_dp=False,
         mtp_drafts=3,
         max_batch_per_rank=8,
+        moe_backend=MoeBackend.TRTLLM,
+        prefill_worker=ServePlan(tp=1, dp=4, ep=4),
     ),
     tok_s_user=286.40,
 )
@@ -100,6 +104,8 @@ SERVING_COMPUTE_RUN = ServingRun(
         attention_dp=True,
         mtp_drafts=1,
         max_batch_per_rank=512,
+        moe_backend=MoeBackend.CUTLASS,
+        prefill_worker=ServePlan(tp=1, dp=4, ep=4),
     ),
     tok_s_user=21.34,
 )
@@ -117,8 +123,8 @@ TRAINING_POINT = TrainingPoint(
 )
 
 # The fitted values (what fit_serving() and fit_training_compute() return; the tests re-derive them).
-SERVING_COMPUTE = 0.2940
-SERVING_STEP_OVERHEAD_S = 3.885e-3
+SERVING_COMPUTE = 0.4741
+SERVING_STEP_OVERHEAD_S = 1.714e-3
 TRAINING_COMPUTE = 0.5470
 
 

@@ -26,6 +26,7 @@ from functools import lru_cache
 from rackscale.llm.checkpoint import dense_seconds_per_token, mtp_module, weight_formats
 from rackscale.llm.fabric import Links, Span, all_reduce_s, all_to_all_s
 from rackscale.llm.hardware import GpuSpec
+from rackscale.llm.kernels import MoeBackend, moe_kernels
 from rackscale.llm.models import ModelSpec
 from rackscale.llm.plans import KV_PRECISION, ServePlan, gpu_memory
 from rackscale.llm.precision import Precision
@@ -109,14 +110,16 @@ def expert_imbalance(model: ModelSpec, ep: int, *, eplb: bool) -> float:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OpRoofline:
-    """One group of a step's kernels: its FLOP time at the achieved rate and its HBM time."""
+    """One group of a step's kernels: its FLOP time at the achieved rate, its HBM time, and a fixed cost (the
+    measured MoE kernels' per-layer start: :mod:`rackscale.llm.kernels`)."""
 
     compute_s: float
     memory_s: float
+    fixed_s: float = 0.0
 
     @property
     def time_s(self) -> float:
-        return max(self.compute_s, self.memory_s)
+        return self.fixed_s + max(self.compute_s, self.memory_s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -233,10 +236,12 @@ def decode_step(
     slowdown: float = 1.0,
     batch: float | None = None,
     imbalance: float = 1.0,
+    moe_backend: MoeBackend | None = None,
 ) -> StepTerms:
     """One decode step of ``plan`` (``plan.batch`` sequences at ``context`` tokens), laid out as ``span``;
     ``batch`` overrides ``plan.batch`` with a mean (a steady state's users per instance need not be whole);
-    ``imbalance`` is :func:`expert_imbalance` (the busiest GPU's routed tokens over the mean)."""
+    ``imbalance`` is :func:`expert_imbalance` (the busiest GPU's routed tokens over the mean); ``moe_backend``
+    names the MoE kernel (None: the faster measured one for the chip and token count)."""
     stage = plan.stage_gpus
     seqs = float(plan.batch if batch is None else batch)
     tokens = seqs * mtp.tokens_verified  # tokens the instance processes per step
@@ -273,9 +278,9 @@ def decode_step(
         dense=OpRoofline(
             compute_s=dense_s * per_gpu_tokens / eff.compute * pp, memory_s=one.shared_weights / hbm_rate * pp
         ),
-        experts=OpRoofline(
-            compute_s=routed_s * per_gpu_tokens * hot / eff.compute * pp,
-            memory_s=one.expert_weights * touched / hbm_rate * pp,
+        experts=_experts(
+            model, gpu, plan, eff=eff, backend=moe_backend, group_tokens=per_stage_tokens,
+            compute_s=routed_s * per_gpu_tokens * hot, weight_bytes=one.expert_weights * touched,
         ),
         attention=OpRoofline(
             # the products with the KV cache run at the cache's precision (FP8 beside FP4 weights), not the weights'
@@ -286,8 +291,43 @@ def decode_step(
         tp_comm_s=tp_comm * pp,
         overhead_s=overhead * pp,
         draft_s=_drafts_s(model, precision, plan, gpu=gpu, links=links, span=span, context=context, eff=eff,
-                          mtp=mtp, slowdown=slowdown, seqs=seqs, imbalance=imbalance),
+                          mtp=mtp, slowdown=slowdown, seqs=seqs, imbalance=imbalance, moe_backend=moe_backend),
     )  # fmt: skip
+
+
+def _experts(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    plan: ServePlan,
+    *,
+    eff: Efficiency,
+    backend: MoeBackend | None,
+    group_tokens: float,
+    compute_s: float,
+    weight_bytes: float,
+) -> OpRoofline:
+    """The routed experts of a step on the busiest GPU, pipeline stages included (``compute_s``: seconds at
+    the tensor-core peak): through the chip's measured MoE kernel (the faster one when none is named), else
+    the generic roofline."""
+    pp = plan.pp
+    if not model.is_moe:
+        return OpRoofline(compute_s=0.0, memory_s=0.0)
+    experts_per_gpu = model.experts / (plan.ep if plan.ep > 1 else 1)
+    kernels = moe_kernels(gpu.name, backend, group_tokens, experts_per_gpu)
+    if not kernels:
+        return OpRoofline(
+            compute_s=compute_s / eff.compute * pp, memory_s=weight_bytes / (gpu.hbm_bytes_per_s * eff.memory) * pp
+        )
+    layers = model.moe_layers / pp
+    options = [
+        OpRoofline(
+            compute_s=compute_s / k.compute * pp,
+            memory_s=weight_bytes / (gpu.hbm_bytes_per_s * k.memory) * pp,
+            fixed_s=k.fixed_s * layers * pp,
+        )
+        for k in kernels
+    ]
+    return min(options, key=lambda o: o.time_s)
 
 
 def _drafts_s(
@@ -304,13 +344,16 @@ def _drafts_s(
     slowdown: float,
     seqs: float,
     imbalance: float,
+    moe_backend: MoeBackend | None,
 ) -> float:
     """The drafts' cost: each draft is a forward of the MTP module (one transformer layer of the model's own
     shape and the shared output head: DeepSeek-V3 report, section 2.2) over one token per sequence, run in
     turn before the step verifies them."""
     if mtp.drafts == 0:
         return 0.0
-    layer = _draft_layer_s(model, precision, plan, gpu, links, span, context, eff, slowdown, seqs, imbalance)
+    layer = _draft_layer_s(
+        model, precision, plan, gpu, links, span, context, eff, slowdown, seqs, imbalance, moe_backend
+    )
     return mtp.drafts * layer
 
 
@@ -327,6 +370,7 @@ def _draft_layer_s(
     slowdown: float,
     seqs: float,
     imbalance: float,
+    moe_backend: MoeBackend | None,
 ) -> float:
     """One MTP module forward: its one layer and the output head over one token per sequence, in the format the
     checkpoint keeps the module in (BF16 beside NVFP4 weights), with its own collectives and launch gaps and
@@ -335,6 +379,7 @@ def _draft_layer_s(
     draft = decode_step(
         module, weight_formats(model, precision).mtp, plan, gpu=gpu, links=links, span=span, context=context,
         eff=replace(eff, step_overhead_s=0.0), slowdown=slowdown, batch=seqs, imbalance=imbalance,
+        moe_backend=moe_backend,
     )  # fmt: skip
     return draft.step_s
 
@@ -366,9 +411,14 @@ def prefill(
     """Prefill of ``requests`` prompts of ``isl`` tokens in one pass of ``plan`` (compute-bound when large)."""
     stage = plan.stage_gpus
     tokens = float(requests * isl)
-    linear = sum(linear_seconds_per_token(model, precision, gpu)) * tokens
+    routed, dense = linear_seconds_per_token(model, precision, gpu)
     attention = model.attention_flops_per_token(isl / 2.0) * tokens / gpu.flops(KV_PRECISION[precision])
-    compute = (linear + attention) / (plan.gpus * eff.compute)
+    compute = (dense * tokens + attention) / (plan.gpus * eff.compute)
+    # the experts through the chip's measured throughput MoE kernel, as in decode (its fixed cost per layer)
+    compute += _experts(
+        model, gpu, plan, eff=eff, backend=MoeBackend.CUTLASS, group_tokens=tokens / plan.dp / plan.pp,
+        compute_s=routed * tokens / plan.gpus / plan.pp, weight_bytes=0.0,
+    ).time_s  # fmt: skip
     mem = gpu_memory(model, precision, plan, context=0.0)
     weights = (mem.shared_weights + mem.expert_weights) / (gpu.hbm_bytes_per_s * eff.memory)
     comm = 0.0

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from rackscale.llm.decode import Efficiency, StepTerms, decode_step, expert_imbalance
 from rackscale.llm.fabric import Span
 from rackscale.llm.hardware import System
+from rackscale.llm.kernels import MoeBackend
 from rackscale.llm.plans import ServePlan, max_batch, max_tp
 from rackscale.llm.serving import ServeWorkload, best_prefill, links_of
 from rackscale.model.errors import RackscaleError
@@ -51,6 +52,8 @@ class DisaggRecipe:
     mtp_drafts: int | None = None  # MTP drafts per step on decode; None: the workload's
     max_batch_per_rank: int | None = None  # the runtime's decode batch cap per attention rank (None: HBM's)
     eplb: bool = False  # the runtime's expert load balancer on decode
+    moe_backend: MoeBackend | None = None  # the decode MoE kernel (None: the faster measured one)
+    prefill_worker: ServePlan | None = None  # one prefill worker's layout (None: the best of up to prefill_tp GPUs)
 
     @property
     def gpus(self) -> int:
@@ -94,7 +97,11 @@ def replay(work: ServeWorkload, system: System, recipe: DisaggRecipe, *, eff: Ef
     """The model's steady state of ``recipe`` on ``system`` (the attention layout that serves it fastest)."""
     if recipe.concurrency < 1 or recipe.prefill_gpus < 1 or recipe.decode_gpus < 1:
         raise RecipeError(f"recipe {recipe}: concurrency and both pools must be at least 1")
-    prefill = best_prefill(work, system, eff=eff, max_gpus=max(1, recipe.prefill_tp), ttft_budget_s=None)
+    worker = recipe.prefill_worker
+    if worker is not None and recipe.prefill_gpus % worker.gpus:
+        raise RecipeError(f"{recipe.prefill_gpus} prefill GPUs do not divide into workers of {worker.gpus} GPUs")
+    workers = None if worker is None else (worker,)
+    prefill = best_prefill(work, system, eff=eff, max_gpus=max(1, recipe.prefill_tp), ttft_budget_s=None, plans=workers)
     if prefill is None:
         raise RecipeError(f"no prefill plan of up to {recipe.prefill_tp} GPUs holds {work.model.name}")
     prefill_rate = prefill.tok_s_gpu * recipe.prefill_gpus / max(work.isl, 1)  # requests/s the pool can take
@@ -162,6 +169,7 @@ def _steady_state(
         step = decode_step(
             work.model, work.precision, plan, gpu=system.gpu, links=links, span=span,
             context=work.decode_context, eff=eff, mtp=work.mtp, batch=max(users, 1e-9), imbalance=imbalance,
+            moe_backend=recipe.moe_backend,
         )  # fmt: skip
         decode_s = work.osl * step.step_s / work.mtp.tokens_emitted
         x = min(recipe.concurrency / (prefill_pass_s + decode_s), prefill_rate)

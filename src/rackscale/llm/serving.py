@@ -159,12 +159,19 @@ class _Prefill:
 
 
 def best_prefill(
-    work: ServeWorkload, system: System, *, eff: Efficiency, max_gpus: int, ttft_budget_s: float | None
+    work: ServeWorkload,
+    system: System,
+    *,
+    eff: Efficiency,
+    max_gpus: int,
+    ttft_budget_s: float | None,
+    plans: Iterable[ServePlan] | None = None,
 ) -> _Prefill | None:
-    """The prefill plan and pass size with the most prompt tokens/s per GPU whose TTFT meets the budget."""
+    """The prefill plan (of ``plans``, default every plan up to ``max_gpus``) and pass size with the most prompt
+    tokens/s per GPU whose TTFT meets the budget."""
     links = links_of(system)
     best: _Prefill | None = None
-    for plan in candidate_plans(work.model, max_gpus=max_gpus):
+    for plan in candidate_plans(work.model, max_gpus=max_gpus) if plans is None else plans:
         if max_batch(work.model, work.precision, plan, context=work.isl, hbm_bytes=system.gpu.hbm_bytes) < 1:
             continue
         span = Span.packed(plan.gpus, system.domain_gpus)
