@@ -328,3 +328,25 @@ def test_an_older_store_is_migrated_when_opened(tmp_path: Path) -> None:
     ]
     again.close()
     assert sqlite_file_problem(tmp_path / "db.sqlite") is None
+
+
+def test_a_commit_finds_the_changed_jobs_by_name_not_by_walking_every_active_run(tmp_path: Path) -> None:
+    """The lookup of a cycle's changed jobs: SQLite without statistics would walk ix_jobs_status (every
+    pending and running row, 12 ms at 65,000) for ``status IN (...)``; the statement it is given reads the
+    names' runs from an index on the name instead, and finds only the active ones."""
+    from rackscale.service.store.changes import active_runs
+
+    s = store(tmp_path)
+    for i in range(50):
+        add(s, f"j{i}")
+    s.cancel("j1", 1.0)
+    add(s, "j1", 2.0)  # j1: an ended run and an active one
+    s.cancel("j2", 1.0)  # j2: ended only
+    query = active_runs("sqlite", ["j1", "j2", "j3"])
+    with s.engine.connect() as c:
+        sql = str(query.compile(dialect=c.dialect, compile_kwargs={"literal_binds": True}))
+        plan = " ".join(str(r[3]) for r in c.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}").all())
+        found = sorted((name, status) for name, _, status in c.execute(query).all())
+    assert "ix_jobs_status" not in plan and "SEARCH jobs USING INDEX ix_jobs_name (name=?)" in plan, plan
+    assert found == [("j1", "pending"), ("j3", "pending")]
+    s.close()
