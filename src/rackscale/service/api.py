@@ -19,6 +19,7 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive
 
 from rackscale.llm.jobs import LlmJobError, check_job
 from rackscale.model.spec_docs import FlatJobDoc
@@ -26,6 +27,7 @@ from rackscale.model.spec_errors import SpecError
 from rackscale.model.specs import job_from_dict
 from rackscale.service.auth import Principal
 from rackscale.service.context import DEFAULT_MAX_BODY, HttpProblem, ServiceContext, authenticate
+from rackscale.service.front import ServiceApp, SubmitRoute, problem_response, read_body
 from rackscale.service.guard import RequestGuard
 from rackscale.service.nodes_api import mount_nodes
 from rackscale.service.phase import ACTIVE, STATUSES
@@ -72,7 +74,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(ctx: ServiceContext) -> FastAPI:
-    app = FastAPI(
+    app = ServiceApp(
         title="rackscale",
         version="1",
         summary="Topology-aware scheduling of GPU jobs on rack-scale (NVLink-domain) clusters.",
@@ -81,14 +83,12 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         docs_url="/docs" if ctx.docs else None,
         redoc_url="/redoc" if ctx.docs else None,
     )
-    if ctx.allowed_hosts is not None:
-        app.add_middleware(RequestGuard, hosts=ctx.allowed_hosts)
     app.state.ctx = ctx
     cluster = ctx.runner.live.cluster  # the spec: the same for every live model a replica builds (HA takeovers)
 
     @app.exception_handler(HttpProblem)
     async def _api_error(_req: Request, exc: HttpProblem) -> JSONResponse:
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
+        return problem_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_req: Request, exc: RequestValidationError) -> JSONResponse:
@@ -160,12 +160,20 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         summary="Submit a job (the same spec as `rackscale submit -f`, as JSON)",
     )
     async def submit(request: Request) -> Response:
-        # The hot path (the load test's): auth inline rather than as a dependency, and the reply serialised
-        # once by pydantic rather than validated again against the response model. Same answers.
-        who = authenticate(ctx, request.headers.get("authorization"))
+        # Requests come here only past ServiceApp's front (its SubmitRoute takes them to submission itself);
+        # the route is the OpenAPI document's, and the way for an app without the front.
+        return await submission(
+            request.headers.get("authorization"), request.headers.get("content-length"), request.receive
+        )
+
+    async def submission(authorization: str | None, declared: str | None, receive: Receive) -> Response:
+        """A submission's reply (its body read from ``receive``), or HttpProblem: the route's, and the hot
+        path's (service/front.py). Auth inline rather than as a dependency, and the reply serialised once by
+        pydantic rather than validated again against the response model."""
+        who = authenticate(ctx, authorization)
         if problem := ctx.runner.problem:
             raise HttpProblem(503, f"not taking work: {problem}", {"Retry-After": RETRY_AFTER_S})
-        body = await _read_body(request, ctx.max_body_bytes)
+        body = await read_body(receive, declared, ctx.max_body_bytes)
         try:
             doc = json.loads(body)
         except (ValueError, UnicodeDecodeError) as e:
@@ -419,6 +427,11 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     mount_schedules(app, ctx)  # scheduled scaling (docs/scheduled-scaling.md)
     mount(app, ctx)  # the web page at / (and whatever it reads besides /v1)
 
+    # In front of FastAPI (service/front.py): the guard for every request, then submissions to their handler.
+    front: ASGIApp = SubmitRoute(app.framework, submission)
+    if ctx.allowed_hosts is not None:
+        front = RequestGuard(front, hosts=ctx.allowed_hosts)
+    app.front = front
     return app
 
 
@@ -434,17 +447,3 @@ def _taken(store: Store, name: str, who: Principal) -> str:
 
 def _pick(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {c: _ERRORS[c] for c in codes}
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise HttpProblem(413, f"body of {declared} bytes is over the limit of {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HttpProblem(413, f"body is over the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
