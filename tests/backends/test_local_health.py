@@ -80,7 +80,7 @@ def test_a_hanging_command_is_killed_with_what_it_started_and_fails_the_node(tmp
         [script(tmp_path, f"sleep 60 & echo $! > {pid_file}; echo probing; wait")],
         node=NODE,
         gpus=4,
-        interval_s=0,
+        interval_s=3600,  # one run only: a second would write its own child's pid over the first's
         timeout_s=0.5,
     )
     t0 = time.monotonic()
