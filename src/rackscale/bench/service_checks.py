@@ -21,6 +21,11 @@ def scrape(url: str) -> dict[str, float]:
     status, text = http_json(f"{url}/metrics")
     if status != 200 or not isinstance(text, str):
         return {}
+    return scrape_text(text)
+
+
+def scrape_text(text: str) -> dict[str, float]:
+    """The counters :func:`scrape` reads, from a ``/metrics`` text."""
     m = SCHEDULED_RE.search(text)
     cycles = {k: float(v) for k, v in CYCLE_RE.findall(text)}
     fast = CYCLE_SLOW_RE.search(text)

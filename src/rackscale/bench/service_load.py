@@ -14,6 +14,8 @@ from typing import Any
 
 from rackscale.bench.service_server import HOST
 
+MIN_DURATION_S = 60  # the mix's shortest job (estimates are log-uniform, 60-3,600 s)
+
 
 def job_doc(i: int, seed: int = 0, prefix: str = "bench") -> dict[str, Any]:
     """Job ``i`` of the load: mostly small training gangs (1-8 GPUs), some 16-72, a little inference and
@@ -21,7 +23,7 @@ def job_doc(i: int, seed: int = 0, prefix: str = "bench") -> dict[str, Any]:
     second and the scheduler keeps placing."""
     rng = random.Random(seed * 1_000_003 + i)
     u = rng.random()
-    duration = round(60 * 60 ** rng.random())
+    duration = round(MIN_DURATION_S * 60 ** rng.random())
     doc: dict[str, Any] = {"name": f"{prefix}-{i:07d}", "durationEstimateSeconds": duration}
     if u < 0.80:
         doc |= {"kind": "training", "gpus": rng.choice((1, 1, 2, 2, 4, 4, 8, 8, 8))}

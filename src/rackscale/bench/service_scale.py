@@ -6,7 +6,10 @@ How the backlog is made (honest, not a trick of the scheduler): before the measu
 benchmark's usual mix (:func:`~rackscale.bench.service_load.job_doc`: 1-72 GPU gangs, inference, batch) are
 submitted through the API, unpaced, until the cluster is full and ``backlog`` of them wait. At ``--speed 1``
 their durations (60-3,600 s) end ~15 jobs a second on a full 100,008-GPU cluster, so every cycle places real
-work into freed GPUs while 50,000+ jobs wait behind; nothing is held by a quota or a paused cycle.
+work into freed GPUs while 50,000+ jobs wait behind; nothing is held by a quota or a paused cycle. The
+measured load starts only once the first of them can have ended (60 s of service clock after the fill
+began): a fast fill would otherwise measure a cluster where nothing ends and no cycle places anything. The
+report counts the jobs placed and ended during the load (``churn``) to show it.
 
 Then, for ``duration`` seconds: submissions at ``rate``/s (paced open-loop: latency counts from each send
 time), pages of ``GET /v1/jobs?status=pending`` walking the queue with the ``after`` cursor, ``/metrics``
@@ -27,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from rackscale.bench import Result, machine_info
-from rackscale.bench.service_checks import store_problems
-from rackscale.bench.service_load import WorkerPlan, job_doc, job_gpus, worker_main
+from rackscale.bench.service_checks import scrape_text, store_problems
+from rackscale.bench.service_load import MIN_DURATION_S, WorkerPlan, job_doc, job_gpus, worker_main
 from rackscale.bench.service_probes import Probes, cycle_histogram, page_loads, rss_mb, summary_ms
 from rackscale.bench.service_server import ServerProcess, free_port, http_json
 
@@ -139,6 +142,12 @@ def _fill(
     return {"submitted": sent, "accepted": accepted, "s": round(time.monotonic() - t0, 1), "cluster": c}
 
 
+def _churn(before: str, after: str) -> dict[str, float]:
+    """Jobs the scheduler placed and jobs that ended between two ``/metrics`` texts."""
+    b, a = scrape_text(before), scrape_text(after)
+    return {k: a[k] - b[k] for k in ("scheduled", "finished")}
+
+
 def run_scale_benchmark(
     *,
     racks: int = 1389,
@@ -169,7 +178,11 @@ def run_scale_benchmark(
         ready_s = round(time.monotonic() - t0, 2)
         rss_idle = rss_mb(server.pid)
         say(f"server pid {server.pid} ready in {ready_s} s ({rss_idle['rss']} MiB)")
+        filling = time.monotonic()
         fill = _fill(server, port_file, backlog, seed=seed, concurrency=concurrency, workers=workers, say=say)
+        if (wait := filling + (MIN_DURATION_S + 5) / speed - time.monotonic()) > 0:
+            say(f"waiting {wait:.0f} s for the first jobs to end (the shortest runs {MIN_DURATION_S} s)")
+            time.sleep(wait)
         before = _metrics_text(server.url)
         start = time.monotonic()
         probes = Probes(server.port, server.token, server.pid, deadline=start + duration, list_every=list_every)
@@ -232,6 +245,7 @@ def run_scale_benchmark(
             "fill": fill,
             "load": load,
             "cycles": cycle_histogram(before, after),
+            "churn": _churn(before, after),
             **probes.report(),
             "page": page,
             "cluster_after": cluster_after,
@@ -269,6 +283,11 @@ def scale_rows(r: Result) -> list[tuple[str, str, str]]:
             "submit p50 / p99 / max ms",
             " / ".join(f(load["latency_ms"][k], 1) for k in ("p50", "p99", "max")),
             "p99 < 50",
+        ),
+        (
+            "jobs placed / ended during the load",
+            f"{f(r['churn']['scheduled'])} / {f(r['churn']['finished'])}" if "churn" in r else "-",
+            "> 0 (the cycles place work)",
         ),
         ("non-2xx / no reply", f"{sum(load['non_2xx'].values())} / {load['no_reply']}", "0 / 0"),
         (
