@@ -18,6 +18,7 @@ import pytest
 from tests.service.conftest import LiveService, serve_in_thread, small_cluster, wait_for
 
 from rackscale.service.app import ServiceConfig
+from rackscale.service.views import JobList
 
 ADMIN = "ops-token-0123456789abcdef0123"
 TEAM_A = "team-a-token-0123456789abcdef"
@@ -180,3 +181,40 @@ def test_a_cursor_from_another_tenants_listing_reveals_nothing(svc: LiveService)
         # B asking for A's queue by name gets nothing, with or without a cursor.
         for cursor in (0, *a_cursors):
             assert b.get(f"/v1/jobs?queue=team-a&after={cursor}").json() == {"items": [], "nextAfter": None}
+
+
+def test_a_page_is_its_response_model_and_each_row_the_jobs_own_view(svc: LiveService) -> None:
+    """The page is serialised once by pydantic (not validated again by FastAPI): it still parses as the
+    OpenAPI document's JobList, and each row is what ``GET /v1/jobs/{name}`` says of the job (which has its
+    earlier runs besides), non-ASCII text and a running job's placement included."""
+    with svc.client(ADMIN) as c:
+        c.post(
+            "/v1/jobs",
+            json={"name": "b-00", "kind": "training", "gpus": 72, "queue": "team-b", "durationEstimateSeconds": LONG},
+        )
+        wait_for(lambda: c.get("/v1/jobs/b-00").json()["status"] == "running", what="the blocker to run")
+        r = c.post(
+            "/v1/jobs",
+            json={
+                "name": "a-00",
+                "kind": "training",
+                "gpus": 1,
+                "queue": "team-a",
+                "durationEstimateSeconds": 0.5,
+                "env": {"NOTE": "données, 数据 ✓"},
+            },
+        )
+        assert r.status_code == 201, r.text
+        page = c.get("/v1/jobs?limit=10")
+        assert page.headers["content-type"] == "application/json"
+        listed = page.json()
+        assert JobList.model_validate_json(page.content).model_dump(mode="json") == listed
+        assert [j["name"] for j in listed["items"]] == ["b-00", "a-00"]
+        assert listed["items"][1]["spec"]["env"] == {"NOTE": "données, 数据 ✓"}
+        assert listed["items"][1]["spec"]["durationEstimateSeconds"] == 0.5
+        assert listed["items"][0]["placement"]["gpus"] == 72
+        for row in listed["items"]:
+            one = c.get(f"/v1/jobs/{row['name']}").json()
+            assert {k: v for k, v in one.items() if k not in ("earlierRunCount", "earlierRuns")} == {
+                k: v for k, v in row.items() if k not in ("earlierRunCount", "earlierRuns")
+            }

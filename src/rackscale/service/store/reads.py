@@ -47,12 +47,17 @@ class StoreReads:
         return n, [job_row(m) for m in self._fetch(select(jobs).where(where).order_by(jobs.c.seq.desc()).limit(limit))]
 
     def _fetch(self, q: Any) -> list[Any]:
-        """The rows of ``q`` (as mappings). SQLite keeps whatever bytes it is given as text; one value that is
-        not UTF-8 would fail the whole query: then the query runs again, decoding leniently (the rows'
-        readers mark such a row corrupt)."""
+        """The rows of ``q`` (as mappings); see :meth:`_fetch_marked`."""
+        return self._fetch_marked(q)[0]
+
+    def _fetch_marked(self, q: Any) -> tuple[list[Any], bool]:
+        """The rows of ``q`` (as mappings), and whether every text was decoded strictly. SQLite keeps
+        whatever bytes it is given as text; one value that is not UTF-8 would fail the whole query: then the
+        query runs again, decoding leniently (the rows' readers mark such a row corrupt). A strict decode
+        (and PostgreSQL, which stores no invalid text) leaves the readers nothing to repair."""
         with self.reader.connect() as c:
             try:
-                return list(c.execute(q).mappings())
+                return list(c.execute(q).mappings()), True
             except sa_exc.OperationalError as e:
                 if "decode" not in str(e.orig).lower() or self.reader.dialect.name != "sqlite":
                     raise
@@ -60,7 +65,7 @@ class StoreReads:
                 raw: Any = c.connection.dbapi_connection
                 raw.text_factory = lenient_text
                 try:
-                    return list(c.execute(q).mappings())
+                    return list(c.execute(q).mappings()), False
                 finally:
                     c.rollback()
                     raw.text_factory = str
@@ -81,7 +86,8 @@ class StoreReads:
             q = q.where(jobs.c.status.in_(list(status)))
         if kind is not None:
             q = q.where(jobs.c.kind == kind)
-        return [job_row(m) for m in self._fetch(q)]
+        got, strict = self._fetch_marked(q)
+        return [job_row(m, decoded=strict) for m in got]
 
     def events(self, name: str, *, limit: int = 200, run: int | None = None) -> list[EventRow]:
         """The events of the latest run of ``name`` (or of its run ``run``), oldest first (the last
