@@ -21,6 +21,7 @@ import pytest
 from builders import ClusterBuilder, check_all_invariants, snapshot
 
 from rackscale.model import ClusterState, JobKind, JobSpec, PreemptionPolicy, inference, training
+from rackscale.model.running import RunningJob
 from rackscale.model.topology import MILLI_PER_GPU
 from rackscale.scheduler import Decisions, PendingQueue, ResourceScheduler, apply_decisions
 from rackscale.scheduler.framework import PROFILES, QUEUE_SORTS, VICTIM_CHOOSERS, AttainedService, CycleContext
@@ -382,3 +383,58 @@ def test_a_preempted_job_does_not_preempt_its_preemptor_back_without_a_change(se
         d2 = ResourceScheduler(profile="tiresias").schedule(state, again, later, attained=attained)
         for p in d2.preemptions:
             assert not (p.victim in preemptors and p.preemptor in victims), f"{p.preemptor} preempts {p.victim} back"
+
+
+def _equal_from_scratch(
+    job: JobSpec, rj: RunningJob, now: float, attained: Mapping[str, AttainedService], protected: frozenset[str]
+) -> bool:
+    """The equal-priority rule read afresh for one pair (what ``las-victims`` derived per preemptor before it
+    kept each running job's part per instant)."""
+    spec, cfg = rj.spec, CFG
+    if spec.priority != job.priority or not spec.preemptible or spec.kind is JobKind.INFERENCE:
+        return False
+    if spec.name in protected:
+        return False
+    svc_ = attained.get(spec.name)
+    if now - rj.started_at < cfg.min_run(svc_):
+        return False
+    mine = cfg.level(attained.get(job.name), now)
+    gpus = job.gpu_demand_milli / MILLI_PER_GPU
+    reach = cfg.level_after(attained.get(job.name), now, run_s=cfg.min_run_s, gpus=gpus) if cfg.precedence else mine
+    if cfg.level(svc_, now, rj) <= max(mine, reach):
+        return False
+    if not spec.checkpoint_on_preempt and last_checkpoint(rj, now) <= rj.started_at:
+        return False
+    return lost_on_preempt(rj, now) <= cfg.max_lost_share * cfg.service(svc_, now, rj)[0]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_each_running_jobs_fitness_kept_per_instant_answers_as_read_afresh(seed: int) -> None:
+    """One chooser asked for every waiting job at one instant, then after a victim's run ended and it runs
+    again (a new RunningJob, a new record) at the same instant, then a minute on: each answer is the rule
+    read afresh for that pair."""
+    rng = random.Random(seed)
+    state, waiting, attained, now = _world(rng)
+    chooser = LasVictims()
+    protected = frozenset(rng.sample(sorted(state.running), k=1))
+
+    def check(at: float) -> None:
+        ctx = CycleContext(now=at, queues={}, models=(), attained=attained)
+        for w in waiting:
+            ok = chooser.eligible(w, state, ctx, protected=protected)
+            for rj in state.running.values():
+                assert (ok is not None and ok(rj)) == _equal_from_scratch(w, rj, at, attained, protected), (
+                    w.name,
+                    rj.spec.name,
+                    at,
+                )
+
+    check(now)
+    name = rng.choice(sorted(state.running))
+    old = state.running[name]
+    attained[name] = attained.get(name, AttainedService()).after_run(
+        started=old.started_at, now=now, gpus=old.placement.gpu_milli / MILLI_PER_GPU
+    )
+    state.running[name] = replace(old, started_at=now - CFG.min_run_s * 8, checkpointed_at=now - 1.0)
+    check(now)
+    check(now + 60.0)

@@ -24,7 +24,7 @@ submit-ordered lists, so the order costs no sort of the backlog.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from rackscale.model.running import RunningJob
@@ -193,6 +193,36 @@ class LasVictims(CheapestVictims):
 
     def __init__(self, config: LasConfig | None = None) -> None:
         self.config = config or LasConfig()
+        # Per instant: each running job's LAS queue as an equal-priority victim, or -1 when it cannot be one
+        # whoever waits (too young a run, no save since its start, too much to lose, inference, not
+        # preemptible), with the RunningJob it was read from. It reads only that job, its attained service
+        # and the time, and a job's record changes only when a run of it stops (a new RunningJob), so a cycle
+        # derives it once per running job instead of once per preemptor (12,700 per victim search at 1,389
+        # racks: docs/benchmarks.md, "Service at cluster scale").
+        self._fit_at: float | None = None
+        self._fit: dict[str, tuple[RunningJob, int]] = {}
+
+    def _fitness(self, rj: RunningJob, now: float, attained: Mapping[str, AttainedService]) -> int:
+        if now != self._fit_at:
+            self._fit.clear()
+            self._fit_at = now
+        spec = rj.spec
+        got = self._fit.get(spec.name)
+        if got is not None and got[0] is rj:
+            return got[1]
+        cfg, svc = self.config, attained.get(spec.name)
+        level = -1
+        if (
+            spec.preemptible
+            and spec.kind is not JobKind.INFERENCE
+            and now - rj.started_at >= cfg.min_run(svc)
+            # It saved since its (re)start (or saves on the stop signal): a run is never lost whole.
+            and (spec.checkpoint_on_preempt or last_checkpoint(rj, now) > rj.started_at)
+            and lost_on_preempt(rj, now) <= cfg.max_lost_share * cfg.service(svc, now, rj)[0]
+        ):
+            level = cfg.level(svc, now, rj)
+        self._fit[spec.name] = (rj, level)
+        return level
 
     def eligible(
         self, job: JobSpec, state: StateView, ctx: CycleContext, *, protected: frozenset[str]
@@ -211,25 +241,12 @@ class LasVictims(CheapestVictims):
         gpus = job.gpu_demand_milli / MILLI_PER_GPU
         reach = cfg.level_after(attained.get(job.name), now, run_s=cfg.min_run_s, gpus=gpus) if cfg.precedence else mine
 
+        # A victim of equal priority is in a strictly later LAS queue than the waiting job will be in.
+        bound, fitness = max(reach, mine), self._fitness
+
         def equal(rj: RunningJob) -> bool:
             spec = rj.spec
-            if (
-                spec.priority != prio
-                or not spec.preemptible
-                or spec.kind is JobKind.INFERENCE
-                or spec.name in protected
-            ):
-                return False
-            svc = attained.get(spec.name)
-            if now - rj.started_at < cfg.min_run(svc):
-                return False
-            theirs = cfg.level(svc, now, rj)
-            if theirs <= max(reach, mine):
-                return False
-            # It saved since its (re)start (or saves on the stop signal): a run is never lost whole.
-            if not spec.checkpoint_on_preempt and last_checkpoint(rj, now) <= rj.started_at:
-                return False
-            return lost_on_preempt(rj, now) <= cfg.max_lost_share * cfg.service(svc, now, rj)[0]
+            return spec.priority == prio and spec.name not in protected and fitness(rj, now, attained) > bound
 
         if lower is None:
             return equal
