@@ -23,6 +23,7 @@ from builders import ClusterBuilder, check_all_invariants, snapshot
 from rackscale.model import ClusterState, JobKind, JobSpec, PreemptionPolicy, inference, training
 from rackscale.model.running import RunningJob
 from rackscale.model.topology import MILLI_PER_GPU
+from rackscale.model.view import StateView
 from rackscale.scheduler import Decisions, PendingQueue, ResourceScheduler, apply_decisions
 from rackscale.scheduler.framework import PROFILES, QUEUE_SORTS, VICTIM_CHOOSERS, AttainedService, CycleContext
 from rackscale.scheduler.las import LasConfig, LasVictims, LeastAttainedService, lost_on_preempt
@@ -438,3 +439,34 @@ def test_each_running_jobs_fitness_kept_per_instant_answers_as_read_afresh(seed:
     state.running[name] = replace(old, started_at=now - CFG.min_run_s * 8, checkpointed_at=now - 1.0)
     check(now)
     check(now + 60.0)
+
+
+class _NoShortcut(LasVictims):
+    """``las-victims`` without the per-cycle bound: every preemptor's search runs."""
+
+    def _latest(self, state: StateView, ctx: CycleContext) -> dict[int, int]:
+        return {p: 1 << 30 for p in {rj.spec.priority for rj in state.running.values()}}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_skipping_searches_the_cycles_bound_rules_out_changes_no_decision(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two cycles (the second at the same instant, after the first is applied, as the simulator runs them)
+    decide the same with the per-cycle bound as with every search run."""
+    got = []
+    for chooser in (LasVictims, _NoShortcut):
+        monkeypatch.setitem(VICTIM_CHOOSERS, "las-victims", chooser)
+        state, waiting, attained, now = _world(random.Random(seed))
+        sched = ResourceScheduler(profile="tiresias")
+        decided = []
+        for _ in range(2):
+            d = sched.schedule(state, waiting, now, attained=attained)
+            apply_decisions(state, d, now=now)
+            decided.append(
+                (sorted(p.spec.name for p in d.placed), sorted((p.victim, p.preemptor) for p in d.preemptions))
+            )
+            placed = {p.spec.name for p in d.placed}
+            waiting = [j for j in waiting if j.name not in placed]
+        got.append(decided)
+    assert got[0] == got[1]
