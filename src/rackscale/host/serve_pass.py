@@ -57,6 +57,24 @@ def _folds(starts: Sequence[float], terms: Sequence[F64]) -> list[float]:
     return out
 
 
+def _fold_into(kpi: KpiAccumulator, names: Sequence[str], terms: Sequence[F64]) -> None:
+    """:func:`_folds` of the accumulator's sums ``names``, written back to them."""
+    for name, total in zip(names, _folds([getattr(kpi, n) for n in names], terms), strict=True):
+        setattr(kpi, name, total)
+
+
+_LLM_SUMS = (
+    "user_tokens",
+    "user_tok_s_tokens",
+    "ttft_weight_finite",
+    "ttft_s_weighted",
+    "interactivity_weight",
+    "interactivity_met_weight",
+    "ttft_weight",
+    "ttft_met_weight",
+)
+
+
 def serve_vector(t: ServeTable, kpi: KpiAccumulator, dt: float, t_mid: float) -> None:
     """Add one interval of every service in ``t`` to ``kpi``, as ``ServicesMixin._serve_each`` would."""
     serve_runs([(t, [dt], [t_mid])], kpi)
@@ -98,8 +116,9 @@ def serve_runs(runs: Sequence[Run], kpi: KpiAccumulator) -> None:
         ok = (replicas > 0.0) & (capacity > 0.0)  # else no finite p99 (serving.p99_latency_s)
         p99 = np.where(ok & (lam < mu), LOG100 / (mu - lam), math.inf)
     finite = np.isfinite(p99)
-    kpi.tokens, kpi.slo_weight, kpi.slo_met_weight, kpi.overloaded_weight = _folds(
-        (kpi.tokens, kpi.slo_weight, kpi.slo_met_weight, kpi.overloaded_weight),
+    _fold_into(
+        kpi,
+        ("tokens", "slo_weight", "slo_met_weight", "overloaded_weight"),
         (served, weight, np.where(p99 <= slo, weight, 0.0), np.where(finite, 0.0, weight)),
     )
     worst = float(np.where(finite, p99, -math.inf).max())
@@ -140,28 +159,7 @@ def _serve_llm(
             np.where(has_ttft, ws, 0.0),
             np.where(has_ttft & (ttft <= ttft_slo), ws, 0.0),
         )
-    (
-        kpi.user_tokens,
-        kpi.user_tok_s_tokens,
-        kpi.ttft_weight_finite,
-        kpi.ttft_s_weighted,
-        kpi.interactivity_weight,
-        kpi.interactivity_met_weight,
-        kpi.ttft_weight,
-        kpi.ttft_met_weight,
-    ) = _folds(
-        (
-            kpi.user_tokens,
-            kpi.user_tok_s_tokens,
-            kpi.ttft_weight_finite,
-            kpi.ttft_s_weighted,
-            kpi.interactivity_weight,
-            kpi.interactivity_met_weight,
-            kpi.ttft_weight,
-            kpi.ttft_met_weight,
-        ),
-        terms,
-    )
+    _fold_into(kpi, _LLM_SUMS, terms)
 
 
 __all__ = ["LOG100", "Run", "fold", "serve_runs", "serve_vector"]
