@@ -82,14 +82,14 @@ def test_the_kept_table_equals_one_built_from_scratch_at_every_instant(monkeypat
     before: ``next_table``) is, bit for bit, the one a full build gives."""
     monkeypatch.setattr(services, "VECTOR_MIN", 1)
     full = 0
-    real_full = serve_table._full
+    real_full = serve_table.full_table
 
     def counted(*args: object, **kwargs: object) -> serve_table.ServeTable:
         nonlocal full
         full += 1
         return real_full(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(serve_table, "_full", counted)
+    monkeypatch.setattr(serve_table, "full_table", counted)
     cluster = GPUCluster.uniform(racks_per_region=4, regions=1, total_gpus=4 * 72, name="4 x NVL72")
     jobs = synthetic_jobs(SyntheticConfig(jobs=300, duration_s=12 * 3600.0, max_gpus=cluster.total_gpus, seed=5))
     sim = Simulator(cluster, jobs, SimConfig(seed=5, record_series=False))

@@ -8,7 +8,7 @@ and :mod:`rackscale.host.serve_pass` computes the instants' terms with numpy.
 
 At the million's scale a service starts or stops about every tenth instant, so a new table is mostly the
 last one with one service more or less: :func:`next_table` splices the changed services' columns into the
-last table's arrays (a few numpy calls) rather than converting every service again (:func:`build_table`,
+last table's arrays (a few numpy calls) rather than converting every service again (:func:`full_table`,
 the reference it must equal: tests/host/test_serve_table.py checks it at every instant of a run).
 """
 
@@ -141,22 +141,8 @@ class Inputs:
         return row
 
 
-def build_table(
-    *,
-    version: int,
-    names: Sequence[str],
-    runs: Mapping[str, JobRun],
-    running: Mapping[str, RunningJob],
-    profile_of: Callable[[JobSpec], ServingProfile],
-    groups: Groups,
-    rows: dict[str, Row] | None = None,
-) -> ServeTable:
+def full_table(version: int, names: Sequence[str], inputs: Inputs) -> ServeTable:
     """The table of ``names`` (sorted), every service converted (the reference :func:`next_table` equals)."""
-    inputs = Inputs(runs=runs, running=running, profile_of=profile_of, groups=groups, rows={} if rows is None else rows)
-    return _full(version, names, inputs)
-
-
-def _full(version: int, names: Sequence[str], inputs: Inputs) -> ServeTable:
     cache = inputs.rows
     rjs = [inputs.running.get(n) for n in names]
     got = [inputs.row(name, rj) for name, rj in zip(names, rjs, strict=True)]
@@ -213,14 +199,14 @@ def _table(
 def next_table(
     last: ServeTable | None, *, version: int, names: Sequence[str], inputs: Inputs, rescaled: Collection[str]
 ) -> ServeTable:
-    """The table of ``names`` (sorted), as :func:`build_table` gives it. ``last``: the table before, and
+    """The table of ``names`` (sorted), as :func:`full_table` gives it. ``last``: the table before, and
     ``rescaled``: the services whose capacity was recomputed since (``ServicesMixin._rescale``: the only
     writer of a run's ``replica_tps`` and LLM groups). The services before and after the changed ones (same
     name, same running job, not rescaled) keep their rows, so their columns are copied as they are and
     only the changed ones are converted; too many changes (or a scalar one), a full build."""
     rjs = [inputs.running.get(n) for n in names]
     if last is None or not last.vector:
-        return _full(version, names, inputs)
+        return full_table(version, names, inputs)
     old_names, old_rjs = last.names, last.running
     # The unchanged head and tail: same names, same running jobs (by identity).
     head = 0
@@ -234,10 +220,10 @@ def next_table(
         tail += 1
     new_end = len(names) - tail
     if new_end - head > SPLICE_MAX or not set(rescaled) <= set(names[head:new_end]):
-        return _full(version, names, inputs)
+        return full_table(version, names, inputs)
     middle = [inputs.row(name, rj) for name, rj in zip(names[head:new_end], rjs[head:new_end], strict=True)]
     if not all(row.vector for row in middle):
-        return _full(version, names, inputs)
+        return full_table(version, names, inputs)
     for gone in set(old_names[head : len(old_names) - tail]) - set(names):
         inputs.rows.pop(gone, None)
     old_end = len(old_names) - tail
@@ -262,6 +248,6 @@ __all__ = [
     "Inputs",
     "Row",
     "ServeTable",
-    "build_table",
+    "full_table",
     "next_table",
 ]
