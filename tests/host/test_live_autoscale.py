@@ -3,8 +3,8 @@ without a query follows its own model (its ServingProfile curve at the service c
 without bounds is left alone, and a query without an answer holds (``fallback: hold``) or falls back to the
 model (``fallback: model``), saying why.
 
-    2 racks x 2 nodes x 4 GPUs; 1-GPU replicas, each on its own node while they can (anti-affinity), so a
-    scale-down has a slice per replica to remove (see the report: merged slices are kept)
+    2 racks x 2 nodes x 4 GPUs; 1-GPU replicas, each on its own node while they can (anti-affinity); and one
+    node of 4 GPUs, where replicas share the node's slice and a scale-down splits it
 """
 
 from __future__ import annotations
@@ -48,6 +48,21 @@ def test_the_model_scales_a_bounded_service_down_after_the_window_and_leaves_a_f
     assert ch.message.startswith("scaled down 4 -> 1 replicas: load ") and "(the service's model)" in ch.message
     assert ch.placement is not None and ch.placement.units == running(host, "chat") == 1
     assert running(host, "fixed") == 2  # no bounds, no autoscale block: the live service leaves it alone
+
+
+def test_replicas_packed_on_one_node_scale_down_one_by_one() -> None:
+    #   n0 [xxxx]  (four replicas in one slice)  ->  n0 [x...]
+    one_node = GPUCluster.uniform(name="one", racks_per_region=1, nodes_per_rack=1, gpus_per_node=4)
+    host = LiveCluster(one_node)
+    host.submit(inference("chat", 4, min_replicas=1, max_replicas=4, serving=QUIET, submit_time=NIGHT))
+    host.cycle(NIGHT)
+    assert len(host.state.running["chat"].placement.allocs) == 1 and running(host, "chat") == 4
+    host.autoscale(NIGHT, readings={})
+    [ch] = host.autoscale(NIGHT + 300, readings={}).changes
+    assert ch.message.startswith("scaled down 4 -> 1 replicas")
+    assert ch.placement is not None and ch.placement.whole_gpus == 1 and ch.placement.units == 1
+    assert host.state.free_whole_gpus == 3
+    host.state.check_invariants()
 
 
 @pytest.mark.parametrize(

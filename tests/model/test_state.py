@@ -186,6 +186,59 @@ def test_retract_of_a_slice_the_job_does_not_hold_raises() -> None:
         state.retract("svc", (whole(0, 1),), 1)
 
 
+@pytest.mark.parametrize(
+    ("held", "unit_gpus", "units", "shed", "left", "free_after"),
+    [
+        # r000: n0 [xxxx] (four 1-GPU replicas merged into one slice) -> n0 [x...]
+        pytest.param(
+            (whole(0, 0, 1, 2, 3, cpu=4000, mem=400),), 1, 4, 3, (whole(0, 0, cpu=1000, mem=100),), 15,
+            id="merged-slice-split",
+        ),
+        # n0 [xx..] n2 [xx..] (a 2-GPU replica on each) -> n0 [xx..]: the last placed goes first
+        pytest.param(
+            (whole(0, 0, 1, cpu=1000, mem=100), whole(2, 0, 1, cpu=1000, mem=100)), 2, 2, 1,
+            (whole(0, 0, 1, cpu=1000, mem=100),), 14,
+            id="last-slice-whole",
+        ),
+        # n0 [xxxx] (two 2-GPU replicas) n2 [xx..] -> n0 [xx..]: one whole slice and half of the other
+        pytest.param(
+            (whole(0, 0, 1, 2, 3, cpu=2000, mem=200), whole(2, 0, 1, cpu=1000, mem=100)), 2, 3, 2,
+            (whole(0, 0, 1, cpu=1000, mem=100),), 14,
+            id="across-slices",
+        ),
+        # n0 [xx..] (two replicas in one slice), asked to shed five: one stays (a service keeps a replica)
+        pytest.param(
+            (whole(0, 0, 1, cpu=2000, mem=200),), 1, 2, 5, (whole(0, 0, cpu=1000, mem=100),), 15,
+            id="never-the-last-unit",
+        ),
+        # shared-GPU replicas have a slice each: n0 [~...] (two halves of GPU 0) n1 [..~.] -> n0 [~...]
+        pytest.param(
+            (shared(0, 0, 500), shared(0, 0, 500), shared(1, 2, 500)), 0, 3, 2, (shared(0, 0, 500),), 15,
+            id="fractional",
+        ),
+    ],
+)
+def test_shed_gives_back_units_the_last_placed_first_splitting_a_merged_slice(
+    held: tuple[NodeAlloc, ...], unit_gpus: int, units: int, shed: int, left: tuple[NodeAlloc, ...], free_after: int
+) -> None:
+    if unit_gpus:
+        spec = inference("svc", units, gpus_per_replica=unit_gpus, min_replicas=1, cpu_milli=1000, memory_mib=100)
+    else:
+        spec = inference("svc", units, gpu_milli=500, min_replicas=1)
+    state = make_state()
+    state.allocate(spec, place("svc", *held, units=units), now=0)
+    rj = state.shed("svc", shed)
+    state.check_invariants()
+    assert rj.placement.allocs == left
+    assert rj.placement.units == units - min(shed, units - 1)
+    assert state.free_whole_gpus == free_after
+    # What stays is exactly what allocating the remaining slices afresh would hold (GPUs, CPU, memory,
+    # indexes, queue usage).
+    fresh = make_state()
+    fresh.allocate(spec, place("svc", *left, units=rj.placement.units), now=0)
+    assert snapshot(state) == snapshot(fresh)
+
+
 # ---------------------------------------------------------------------- fits() and oversubscription
 
 

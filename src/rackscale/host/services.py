@@ -269,16 +269,13 @@ class ServicesMixin:
         self._enqueue(replace(r.spec, units=want, min_units=have + 1))  # noted as arrived for the cycle
 
     def _scale_down(self, r: JobRun, n: int) -> None:
-        """Remove ``n`` replicas that each hold one slice (the last placed first)."""
-        rj = self.state.running[r.spec.name]
+        """Remove ``n`` replicas, the last placed first. Replicas merged into one node's slice leave it
+        one by one (``ClusterState.shed``): a service packed on one node scales down like a spread one."""
         if r.spec.unit.gpus > self.state.max_node_gpus:
             return  # multi-node replicas are kept (their slices are merged)
-        allocs = rj.placement.allocs
-        victims = allocs[len(allocs) - n :] if n < len(allocs) else ()
-        if victims:
-            self.state.retract(r.spec.name, tuple(victims), len(victims))
-            if llm_jobs.is_llm(r.spec):
-                self._rescale(r, 0.0)  # the replicas that remain may not be the ones that left
+        before = self.state.running[r.spec.name].placement.units
+        if self.state.shed(r.spec.name, n).placement.units < before and llm_jobs.is_llm(r.spec):
+            self._rescale(r, 0.0)  # the replicas that remain may not be the ones that left
 
     def _serve(self, dt: float, t_mid: float) -> None:
         """Add the interval's served demand, SLO weights and LLM user KPIs of every running service (in

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rackscale.model.topology import MILLI_PER_GPU
+
+if TYPE_CHECKING:
+    from rackscale.model.workload import Resources
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,3 +58,28 @@ class Placement:
     @property
     def whole_gpus(self) -> int:
         return sum(a.whole_gpus for a in self.allocs)
+
+
+def units_in(a: NodeAlloc, unit: Resources) -> int:
+    """How many units of a job a slice of it carries: whole-GPU units placed on one node share a slice
+    (and CPU-only units likewise); a shared-GPU unit has a slice of its own."""
+    if unit.gpus and a.gpus and a.milli == MILLI_PER_GPU:
+        return max(1, len(a.gpus) // unit.gpus)
+    if unit.is_fractional:
+        return 1
+    if unit.cpu_milli:
+        return max(1, a.cpu_milli // unit.cpu_milli)
+    if unit.memory_mib:
+        return max(1, a.memory_mib // unit.memory_mib)
+    return 1
+
+
+def split_units(a: NodeAlloc, unit: Resources, units: int) -> tuple[NodeAlloc, NodeAlloc]:
+    """``(what stays, what goes)`` when ``units`` of the units a slice carries leave it: the last GPUs
+    go, with the units' CPU and memory. Only for a slice carrying more than ``units`` units."""
+    gpus = unit.gpus * units if a.gpus else 0
+    cut = len(a.gpus) - gpus
+    cpu, mem = unit.cpu_milli * units, unit.memory_mib * units
+    stays = NodeAlloc(a.node, a.gpus[:cut], a.milli, a.cpu_milli - cpu, a.memory_mib - mem)
+    goes = NodeAlloc(a.node, a.gpus[cut:], a.milli, cpu, mem)
+    return stays, goes
