@@ -99,3 +99,17 @@ def test_a_scale_up_is_placed_by_the_next_cycle_and_reported_once() -> None:
     assert (ch.reason, ch.message.split(":")[0]) == ("ScaledUp", "scaled up 2 -> 6 replicas")
     assert ch.placement is not None and ch.placement.units == running(host, "chat") == 6
     assert host.scaled(NIGHT + 30) == []  # said once
+
+
+def test_a_service_that_ends_with_its_scale_up_queued_leaves_nothing_waiting() -> None:
+    # The scale-up waits (the cycle has not run) when the service completes: the queue must not keep a
+    # request to scale a service that no longer runs (it would stand ahead of every lower-priority job).
+    busy = ServingProfile(peak_tokens_per_s=1e9, trough_fraction=1.0)
+    host = started(inference("chat", 2, min_replicas=1, max_replicas=6, serving=busy, submit_time=NIGHT))
+    host.autoscale(NIGHT + 15, readings={})
+    assert "chat" in host.pending
+    ch = host.finish("chat", NIGHT + 20)
+    assert ch is not None and ch.type is ChangeKind.COMPLETED
+    assert "chat" not in host.pending and host.waiting_milli == 0
+    assert host.cycle(NIGHT + 20) == [] and host.scaled(NIGHT + 20) == []
+    assert host.state.free_whole_gpus == CLUSTER.total_gpus

@@ -144,6 +144,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
             self._fail(r, why, now)
             return Change(name, ChangeKind.FAILED, now, "BackendFailed", why, exit_code=exit_code)
         self._stop(r, now)
+        self._dequeue(name)  # a service's scale-up still waiting: nothing is left to scale
         # Completed jobs only: a failed or cancelled run says nothing of how long the job needs.
         ran = self.attained.get(name)
         self.predictor.observe(r.spec, runtime_s=ran.run_s if ran is not None else now - r.run_start)
