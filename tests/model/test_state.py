@@ -211,6 +211,12 @@ def test_retract_of_a_slice_the_job_does_not_hold_raises() -> None:
             (whole(0, 0, 1, cpu=2000, mem=200),), 1, 2, 5, (whole(0, 0, cpu=1000, mem=100),), 15,
             id="never-the-last-unit",
         ),
+        # 8-GPU replicas over two whole nodes each: n0 n1 | n2 n3 [xxxx] -> n0 n1 [xxxx]: the last replica's nodes
+        pytest.param(
+            (whole(0, 0, 1, 2, 3), whole(1, 0, 1, 2, 3), whole(2, 0, 1, 2, 3), whole(3, 0, 1, 2, 3)), 8, 2, 1,
+            (whole(0, 0, 1, 2, 3), whole(1, 0, 1, 2, 3)), 8,
+            id="replica-over-whole-nodes",
+        ),
         # shared-GPU replicas have a slice each: n0 [~...] (two halves of GPU 0) n1 [..~.] -> n0 [~...]
         pytest.param(
             (shared(0, 0, 500), shared(0, 0, 500), shared(1, 2, 500)), 0, 3, 2, (shared(0, 0, 500),), 15,
@@ -221,7 +227,9 @@ def test_retract_of_a_slice_the_job_does_not_hold_raises() -> None:
 def test_shed_gives_back_units_the_last_placed_first_splitting_a_merged_slice(
     held: tuple[NodeAlloc, ...], unit_gpus: int, units: int, shed: int, left: tuple[NodeAlloc, ...], free_after: int
 ) -> None:
-    if unit_gpus:
+    if unit_gpus > 4:
+        spec = inference("svc", units, gpus_per_replica=unit_gpus, min_replicas=1)
+    elif unit_gpus:
         spec = inference("svc", units, gpus_per_replica=unit_gpus, min_replicas=1, cpu_milli=1000, memory_mib=100)
     else:
         spec = inference("svc", units, gpu_milli=500, min_replicas=1)
@@ -237,6 +245,20 @@ def test_shed_gives_back_units_the_last_placed_first_splitting_a_merged_slice(
     fresh = make_state()
     fresh.allocate(spec, place("svc", *left, units=rj.placement.units), now=0)
     assert snapshot(state) == snapshot(fresh)
+
+
+def test_shed_keeps_replicas_over_nodes_when_the_slices_do_not_say_which_replica_is_which() -> None:
+    # Two 8-GPU replicas on 4 + 2 + 2 + 4 + 4 GPUs: no whole number of equal slices per replica.
+    #   r000: n0 [xxxx] n1 [xx..] n2 [xx..]
+    #   r001: n3 [xxxx] n4 [xxxx] n5 [....]
+    state = make_state(nodes=3)
+    spec = inference("svc", 2, gpus_per_replica=8, min_replicas=1)
+    held = (whole(0, 0, 1, 2, 3), whole(1, 0, 1), whole(2, 0, 1), whole(3, 0, 1, 2, 3), whole(4, 0, 1, 2, 3))
+    state.allocate(spec, place("svc", *held, units=2), now=0)
+    before = snapshot(state)
+    rj = state.shed("svc", 1)
+    assert rj.placement.allocs == held and rj.placement.units == 2
+    assert snapshot(state) == before
 
 
 # ---------------------------------------------------------------------- fits() and oversubscription

@@ -269,10 +269,8 @@ class ServicesMixin:
         self._enqueue(replace(r.spec, units=want, min_units=have + 1))  # noted as arrived for the cycle
 
     def _scale_down(self, r: JobRun, n: int) -> None:
-        """Remove ``n`` replicas, the last placed first. Replicas merged into one node's slice leave it
-        one by one (``ClusterState.shed``): a service packed on one node scales down like a spread one."""
-        if r.spec.unit.gpus > self.state.max_node_gpus:
-            return  # multi-node replicas are kept (their slices are merged)
+        """Remove ``n`` replicas, the last placed first (``ClusterState.shed``): replicas merged into one
+        node's slice leave it one by one, a replica over whole nodes leaves with its nodes."""
         before = self.state.running[r.spec.name].placement.units
         if self.state.shed(r.spec.name, n).placement.units < before and llm_jobs.is_llm(r.spec):
             self._rescale(r, 0.0)  # the replicas that remain may not be the ones that left

@@ -83,3 +83,41 @@ def split_units(a: NodeAlloc, unit: Resources, units: int) -> tuple[NodeAlloc, N
     stays = NodeAlloc(a.node, a.gpus[:cut], a.milli, a.cpu_milli - cpu, a.memory_mib - mem)
     goes = NodeAlloc(a.node, a.gpus[cut:], a.milli, cpu, mem)
     return stays, goes
+
+
+def shed_slices(
+    placement: Placement, unit: Resources, units: int
+) -> tuple[tuple[NodeAlloc, ...], tuple[NodeAlloc, ...], int]:
+    """``(slices kept, slices given back, units shed)`` when ``units`` units leave a placement, the last
+    placed first, at least one staying.
+
+    A slice can carry several units (whole-GPU replicas on one node are merged into one slice): the last
+    slice is split when it carries more units than are left to give back. A unit larger than its slices (a
+    replica over several nodes) goes as its last slices when every slice is the same size and the unit a
+    whole number of them (the placer's whole nodes per replica); a placement of any other shape keeps its
+    units (which slices make up which replica is not known)."""
+    allocs = list(placement.allocs)
+    left = asked = max(0, min(units, placement.units - 1))
+    gone: list[NodeAlloc] = []
+    if unit.gpus and allocs and any(len(a.gpus) < unit.gpus for a in allocs):
+        size = len(allocs[0].gpus)
+        if size and unit.gpus % size == 0 and all(len(a.gpus) == size for a in allocs):
+            per = unit.gpus // size
+            if len(allocs) == per * placement.units:
+                for _ in range(left * per):
+                    gone.append(allocs.pop())
+                left = 0
+        return tuple(allocs), tuple(gone), asked - left
+    while left > 0 and allocs:
+        last = allocs[-1]
+        k = units_in(last, unit)
+        if k > left:
+            allocs[-1], part = split_units(last, unit, left)
+            gone.append(part)
+            left = 0
+        elif len(allocs) == 1:
+            break  # the only slice: it stays whole
+        else:
+            gone.append(allocs.pop())
+            left -= k
+    return tuple(allocs), tuple(gone), asked - left

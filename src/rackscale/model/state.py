@@ -23,7 +23,7 @@ from sortedcontainers import SortedList
 
 from rackscale.model import state_checks
 from rackscale.model.capacity import AllocationError, CapacityState
-from rackscale.model.placement import NodeAlloc, Placement, split_units, units_in
+from rackscale.model.placement import NodeAlloc, Placement, shed_slices
 from rackscale.model.running import RunningJob, Usage
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.transaction import Checkpoint, CheckpointError, Transaction
@@ -182,32 +182,13 @@ class ClusterState(CapacityState):
         return self._replace_placement(rj, tuple(remaining), rj.placement.units - units)
 
     def shed(self, name: str, units: int) -> RunningJob:
-        """Give back ``units`` of a running job's units, the last placed first (a service's scale-down).
-
-        A slice can carry several units (whole-GPU replicas on one node are merged into one slice), so
-        the last slice is split when it carries more than are left to give back: the units go, the rest
-        of the slice stays. At least one unit always stays; units spanning nodes are not shed here."""
+        """Give back ``units`` of a running job's units, the last placed first (a service's scale-down);
+        at least one unit stays. Which slices go, or which part of one: :func:`shed_slices`."""
         rj = self.running[name]
-        unit = rj.spec.unit
-        allocs = list(rj.placement.allocs)
-        asked = left = max(0, min(units, rj.placement.units - 1))
-        gone: list[NodeAlloc] = []
-        while left > 0 and allocs:
-            last = allocs[-1]
-            k = units_in(last, unit)
-            if k > left:
-                keep, part = split_units(last, unit, left)
-                allocs[-1] = keep
-                gone.append(part)
-                left = 0
-            elif len(allocs) == 1:
-                break  # the job's only slice: it stays whole
-            else:
-                gone.append(allocs.pop())
-                left -= k
+        kept, gone, shed = shed_slices(rj.placement, rj.spec.unit, units)
         for a in gone:
             self._give(a)
-        return self._replace_placement(rj, tuple(allocs), rj.placement.units - (asked - left))
+        return self._replace_placement(rj, kept, rj.placement.units - shed)
 
     def _replace_placement(self, rj: RunningJob, allocs: tuple[NodeAlloc, ...], units: int) -> RunningJob:
         name = rj.spec.name
