@@ -9,21 +9,21 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
 from rackscale.cli.output import OutputFormat, console, emit, fail, printable
+from rackscale.llm.inputs import DEFAULT_TARGETS, MAX_INTERACTIVITY, MAX_TOKENS, MAX_TTFT_S
 
 if TYPE_CHECKING:
     from rackscale.llm.decode import Efficiency, Mtp
     from rackscale.llm.hardware import GpuSpec, System
     from rackscale.llm.models import ModelSpec
     from rackscale.llm.precision import Precision
+    from rackscale.workloads.llm_models import LoadedModel
 
 
 class Mode(StrEnum):
@@ -38,63 +38,16 @@ MODE_HELP = "best, aggregated or disaggregated serving."
 MODEL_HELP = "A built-in model (deepseek-r1, llama-3.1-70b, ...) or a Hugging Face config.json file."
 GPU_HELP = "System: a100, h100, h200, b200, gb200, a100-nvl72; NAME:N sets the NVLink domain (b200:72)."
 OUTPUT_HELP = "table, json or yaml."
-DEFAULT_TARGETS = (10.0, 25.0, 50.0, 100.0, 125.0, 200.0, 300.0)  # tok/s/user: chat to agentic
-MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KB; a bigger file is not one
-MTP_BUILTINS = frozenset({"deepseek-v3", "deepseek-r1"})  # built-ins that ship a multi-token-prediction head
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LoadedModel:
-    spec: ModelSpec
-    has_mtp_head: bool  # DeepSeek-V3/R1 (num_nextn_predict_layers >= 1): --mtp may use it
-    origin: str  # "built-in" or the file it was read from
-
-
-def _mtp_layers(config: Mapping[str, object]) -> int:
-    """``num_nextn_predict_layers`` of a DeepSeek config (or of its ``text_config``); 0 when absent or junk."""
-    for source in (config, config.get("text_config")):
-        if isinstance(source, Mapping):
-            value = source.get("num_nextn_predict_layers")
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-    return 0
 
 
 def resolve_model(text: str, *, option: str = "--model") -> LoadedModel:
-    """A built-in name (``deepseek-r1``), or a Hugging Face ``config.json``: a path to an existing file or a
-    text ending in ``.json`` (so that a mistyped path says "cannot read", not "unknown model")."""
-    from rackscale.llm.hf_config import model_from_hf_config
-    from rackscale.llm.models import model_named
-    from rackscale.model.errors import RackscaleError
+    """A built-in name (``deepseek-r1``), or a Hugging Face ``config.json`` (``workloads.llm_models``)."""
+    from rackscale.workloads.llm_models import ModelFileError, load_model
 
-    path = Path(text)
-    if text.lower().endswith(".json") or path.is_file():
-        try:
-            with path.open("rb") as fh:
-                raw = fh.read(MAX_CONFIG_BYTES + 1)
-        except OSError as err:
-            fail(f"{option} {text}: cannot read the file ({err.strerror or err})")
-        if len(raw) > MAX_CONFIG_BYTES:
-            fail(f"{option} {text}: more than {MAX_CONFIG_BYTES >> 10} KiB; a config.json is a few KB")
-        try:
-            config = json.loads(raw)
-        except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
-            fail(f"{option} {text}: not valid JSON ({err})")
-        except RecursionError:  # thousands of nested brackets: no config.json is built like that
-            fail(f"{option} {text}: JSON nested too deeply to be a config.json")
-        if not isinstance(config, dict):
-            fail(f"{option} {text}: a config.json holds one JSON object (got {type(config).__name__})")
-        name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
-        try:
-            spec = model_from_hf_config(config, name=name or "model")
-        except RackscaleError as err:
-            fail(f"{option} {text}: {err}")
-        return LoadedModel(spec=spec, has_mtp_head=_mtp_layers(config) > 0, origin=str(path))
     try:
-        spec = model_named(text)
-    except RackscaleError as err:
-        fail(f"{option}: {err}")
-    return LoadedModel(spec=spec, has_mtp_head=text.strip().lower() in MTP_BUILTINS, origin="built-in")
+        return load_model(text)
+    except ModelFileError as err:
+        fail(f"{option} {text}: {err.detail}" if err.in_file else f"{option}: {err.detail}")
 
 
 def resolve_system(text: str, *, domain: int | None = None, option: str = "--gpu") -> System:
@@ -135,13 +88,12 @@ def resolve_precision(text: str | None, gpu: GpuSpec, *, option: str = "--precis
 
 def resolve_mtp(model: LoadedModel, wanted: bool) -> Mtp:
     """DeepSeek's MTP head (one draft token, accepted 85 %) when asked for; other models have no head."""
-    from rackscale.llm.decode import DEEPSEEK_MTP, NO_MTP
+    from rackscale.workloads.llm_models import ModelFileError, model_mtp
 
-    if not wanted:
-        return NO_MTP
-    if not model.has_mtp_head:
-        fail(f"--mtp: the model has no MTP head ({model.spec.name}; DeepSeek-V3/R1 have one)")
-    return DEEPSEEK_MTP
+    try:
+        return model_mtp(model, wanted)
+    except ModelFileError as err:
+        fail(f"--mtp: {err.detail}")
 
 
 def parse_targets(values: Sequence[str] | None, *, option: str = "--interactivity") -> tuple[float, ...]:
@@ -164,11 +116,6 @@ def parse_targets(values: Sequence[str] | None, *, option: str = "--interactivit
     return tuple(out)
 
 
-# Beyond these no input means anything (the longest contexts are ~10M tokens), and past them the arithmetic
-# would only print nonsense: a hostile value gets one line instead.
-MAX_TOKENS = 1 << 24
-MAX_TTFT_S = 86_400.0
-MAX_INTERACTIVITY = 1e9  # far past any chip (the tests ask for unreachable targets below it)
 _LIMITS = {"isl": MAX_TOKENS, "osl": MAX_TOKENS, "ttft_s": MAX_TTFT_S}
 
 
