@@ -186,44 +186,46 @@ def test_retract_of_a_slice_the_job_does_not_hold_raises() -> None:
         state.retract("svc", (whole(0, 1),), 1)
 
 
-@pytest.mark.parametrize(
-    ("held", "unit_gpus", "units", "shed", "left", "free_after"),
-    [
-        # r000: n0 [xxxx] (four 1-GPU replicas merged into one slice) -> n0 [x...]
-        pytest.param(
-            (whole(0, 0, 1, 2, 3, cpu=4000, mem=400),), 1, 4, 3, (whole(0, 0, cpu=1000, mem=100),), 15,
-            id="merged-slice-split",
-        ),
-        # n0 [xx..] n2 [xx..] (a 2-GPU replica on each) -> n0 [xx..]: the last placed goes first
-        pytest.param(
-            (whole(0, 0, 1, cpu=1000, mem=100), whole(2, 0, 1, cpu=1000, mem=100)), 2, 2, 1,
-            (whole(0, 0, 1, cpu=1000, mem=100),), 14,
-            id="last-slice-whole",
-        ),
-        # n0 [xxxx] (two 2-GPU replicas) n2 [xx..] -> n0 [xx..]: one whole slice and half of the other
-        pytest.param(
-            (whole(0, 0, 1, 2, 3, cpu=2000, mem=200), whole(2, 0, 1, cpu=1000, mem=100)), 2, 3, 2,
-            (whole(0, 0, 1, cpu=1000, mem=100),), 14,
-            id="across-slices",
-        ),
-        # n0 [xx..] (two replicas in one slice), asked to shed five: one stays (a service keeps a replica)
-        pytest.param(
-            (whole(0, 0, 1, cpu=2000, mem=200),), 1, 2, 5, (whole(0, 0, cpu=1000, mem=100),), 15,
-            id="never-the-last-unit",
-        ),
-        # 8-GPU replicas over two whole nodes each: n0 n1 | n2 n3 [xxxx] -> n0 n1 [xxxx]: the last replica's nodes
-        pytest.param(
-            (whole(0, 0, 1, 2, 3), whole(1, 0, 1, 2, 3), whole(2, 0, 1, 2, 3), whole(3, 0, 1, 2, 3)), 8, 2, 1,
-            (whole(0, 0, 1, 2, 3), whole(1, 0, 1, 2, 3)), 8,
-            id="replica-over-whole-nodes",
-        ),
-        # shared-GPU replicas have a slice each: n0 [~...] (two halves of GPU 0) n1 [..~.] -> n0 [~...]
-        pytest.param(
-            (shared(0, 0, 500), shared(0, 0, 500), shared(1, 2, 500)), 0, 3, 2, (shared(0, 0, 500),), 15,
-            id="fractional",
-        ),
-    ],
-)
+# fmt: off
+SHED_CASES = [
+    # r000: n0 [xxxx] (four 1-GPU replicas merged into one slice) -> n0 [x...]
+    pytest.param(
+        (whole(0, 0, 1, 2, 3, cpu=4000, mem=400),), 1, 4, 3, (whole(0, 0, cpu=1000, mem=100),), 15,
+        id="merged-slice-split",
+    ),
+    # n0 [xx..] n2 [xx..] (a 2-GPU replica on each) -> n0 [xx..]: the last placed goes first
+    pytest.param(
+        (whole(0, 0, 1, cpu=1000, mem=100), whole(2, 0, 1, cpu=1000, mem=100)), 2, 2, 1,
+        (whole(0, 0, 1, cpu=1000, mem=100),), 14,
+        id="last-slice-whole",
+    ),
+    # n0 [xxxx] (two 2-GPU replicas) n2 [xx..] -> n0 [xx..]: one whole slice and half of the other
+    pytest.param(
+        (whole(0, 0, 1, 2, 3, cpu=2000, mem=200), whole(2, 0, 1, cpu=1000, mem=100)), 2, 3, 2,
+        (whole(0, 0, 1, cpu=1000, mem=100),), 14,
+        id="across-slices",
+    ),
+    # n0 [xx..] (two replicas in one slice), asked to shed five: one stays (a service keeps a replica)
+    pytest.param(
+        (whole(0, 0, 1, cpu=2000, mem=200),), 1, 2, 5, (whole(0, 0, cpu=1000, mem=100),), 15,
+        id="never-the-last-unit",
+    ),
+    # 8-GPU replicas over two whole nodes each: n0 n1 | n2 n3 [xxxx] -> n0 n1 [xxxx]: the last replica's nodes
+    pytest.param(
+        (whole(0, 0, 1, 2, 3), whole(1, 0, 1, 2, 3), whole(2, 0, 1, 2, 3), whole(3, 0, 1, 2, 3)), 8, 2, 1,
+        (whole(0, 0, 1, 2, 3), whole(1, 0, 1, 2, 3)), 8,
+        id="replica-over-whole-nodes",
+    ),
+    # shared-GPU replicas have a slice each: n0 [~...] (two halves of GPU 0) n1 [..~.] -> n0 [~...]
+    pytest.param(
+        (shared(0, 0, 500), shared(0, 0, 500), shared(1, 2, 500)), 0, 3, 2, (shared(0, 0, 500),), 15,
+        id="fractional",
+    ),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("held", "unit_gpus", "units", "shed", "left", "free_after"), SHED_CASES)
 def test_shed_gives_back_units_the_last_placed_first_splitting_a_merged_slice(
     held: tuple[NodeAlloc, ...], unit_gpus: int, units: int, shed: int, left: tuple[NodeAlloc, ...], free_after: int
 ) -> None:

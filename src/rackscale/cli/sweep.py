@@ -1,4 +1,4 @@
-"""``rackscale sweep``: run a what-if grid of ``simulate`` cells on a process pool or on Ray."""
+"""``rackscale sweep``: run a what-if grid of ``simulate`` (and ``perf serve``) cells on a process pool or on Ray."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def sweep(
     retries: int = typer.Option(2, "--retries", min=0, max=20, help="Retries of a cell whose worker was lost."),
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="table, json or yaml."),
 ) -> None:
-    """Run every cell of a sweep (a grid and/or a list of scenarios over simulate's options) and write the
+    """Run every cell of a sweep (a grid and/or a list of scenarios over simulate's options, and perf serve
+    points under spec.perf) and write the
     results: results.jsonl (append-only, one line per finished cell, the source of truth), results.csv,
     results.parquet (with pyarrow), summary.json and report.html under --out. Seeds are aggregated into a
     mean and a 95 % confidence interval; each policy is compared with spec.compare.baseline, paired by
@@ -76,19 +77,23 @@ def _finish(spec: Any, options: list[Any], folder: Path, *, stats: Any, skipped:
     import json
 
     from rackscale.sweep.cells import cell_key
+    from rackscale.sweep.perf_cells import PERF_KIND, perf_kpi_order
     from rackscale.sweep.report import write_report
     from rackscale.sweep.results import aggregate, compare, read_results, write_csv, write_parquet
 
     kpis = list(spec.spec.compare.kpis)
     everything = read_results(folder / "results.jsonl")
     records = [everything[k] for k in (cell_key(o) for o in options) if k in everything]
-    write_csv(records, folder / "results.csv", kpis)
-    parquet = write_parquet(records, folder / "results.parquet", kpis)
-    groups = aggregate(records, kpis)
+    perf = [r for r in records if r.get("options", {}).get("kind") == PERF_KIND]
+    simulated = [r for r in records if r.get("options", {}).get("kind") != PERF_KIND]
+    columns = (kpis if simulated else []) + perf_kpi_order(k for r in perf for k in (r.get("kpis") or {}))
+    write_csv(records, folder / "results.csv", columns)
+    parquet = write_parquet(records, folder / "results.parquet", columns)
+    groups = aggregate(simulated, kpis)
     baseline = spec.spec.compare.baseline
-    comparisons = compare(records, baseline=baseline, kpis=kpis) if baseline else []
-    write_report(folder / "report.html", name=spec.metadata.name, records=records, groups=groups,
-                 comparisons=comparisons, kpis=kpis)  # fmt: skip
+    comparisons = compare(simulated, baseline=baseline, kpis=kpis) if baseline else []
+    write_report(folder / "report.html", name=spec.metadata.name, records=simulated, groups=groups,
+                 comparisons=comparisons, kpis=kpis, perf=perf)  # fmt: skip
     files = ["results.jsonl", "results.csv", *(["results.parquet"] if parquet else []), "summary.json", "report.html"]
     summary = {
         "name": spec.metadata.name,
@@ -106,6 +111,7 @@ def _finish(spec: Any, options: list[Any], folder: Path, *, stats: Any, skipped:
         "files": files,
         "groups": groups,
         "comparisons": comparisons,
+        "perf": [{"options": r["options"], "kpis": r.get("kpis")} for r in perf if r.get("status") == "ok"],
         "errors": sorted({str(r.get("error")) for r in records if r.get("status") != "ok"}),
     }
     (folder / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=True) + "\n", encoding="utf-8")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rackscale.model.topology import GPUCluster
 from rackscale.sim.records import SimConfig
+from rackscale.sweep.perf_cells import PERF_KIND, PerfOptions, model_file, run_perf_cell
 from rackscale.sweep.spec import CellOptions, SweepError
 
 if TYPE_CHECKING:
@@ -37,12 +38,17 @@ def project_version() -> str:
         return __version__
 
 
-def trace_file(options: CellOptions) -> Path | None:
+def trace_file(options: CellOptions | PerfOptions) -> Path | None:
+    if isinstance(options, PerfOptions):
+        return None
     return Path(os.path.expanduser(options.trace.partition(":")[2].strip())) if options.trace else None
 
 
-def input_files(options: CellOptions) -> list[Path]:
+def input_files(options: CellOptions | PerfOptions) -> list[Path]:
     """Every file a cell reads: a change to any of them (size or mtime) makes it a new cell."""
+    if isinstance(options, PerfOptions):
+        f = model_file(options)
+        return [f] if f is not None else []
     out = [Path(p) for p in (options.cluster, options.jobs_file) if p]
     out += [Path(p) for p in options.schedules]
     t = trace_file(options)
@@ -57,7 +63,7 @@ def _stamp(path: Path) -> list[int] | str:
     return [st.st_size, st.st_mtime_ns]
 
 
-def cell_key(options: CellOptions, *, version: str | None = None) -> str:
+def cell_key(options: CellOptions | PerfOptions, *, version: str | None = None) -> str:
     """sha256 of the canonical JSON of the cell's options, the project's version and its input files' size
     and mtime: stable across runs and machines for the same inputs, different when any of them changes."""
     doc = {
@@ -227,7 +233,10 @@ def materialize(trace: bytes, *, suffix: str) -> Path:
 
 def run_cell(options: dict[str, Any], trace: bytes | None = None) -> dict[str, Any]:
     """One cell, in a worker: the KPIs ``simulate --json`` prints for its policy (``kpis``,
-    ``failed_reasons``) plus its size and timing. Raises on a bad input; the runner records the error."""
+    ``failed_reasons``) plus its size and timing, or a ``perf serve`` cell's (``perf_cells``). Raises on a
+    bad input; the runner records the error."""
+    if options.get("kind") == PERF_KIND:
+        return run_perf_cell(options)
     cell = CellOptions.model_validate(options)
     path = None
     if trace is not None and cell.trace is not None:

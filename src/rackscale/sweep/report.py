@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rackscale.sweep.perf_cells import perf_kpi_order
 from rackscale.sweep.spec import CellOptions
 
 # A record names only the options that differ from the defaults; a table shows every swept one.
@@ -104,16 +105,18 @@ def write_report(
     groups: Sequence[Mapping[str, Any]],
     comparisons: Sequence[Mapping[str, Any]],
     kpis: Sequence[str],
+    perf: Sequence[Mapping[str, Any]] = (),
 ) -> None:
     keys = sorted({k for g in groups for k in g["options"]} | {k for r in records for k in r.get("options", {})})
     varying = [k for k in keys if k != "seed" and len({json.dumps(_value(g["options"], k)) for g in groups}) > 1]
     if "policy" not in varying and any("policy" in g["options"] for g in groups):
         varying.insert(0, "policy")
-    plots, note = _plots(groups, kpis, varying)
+    plots, note = _plots(groups, kpis, varying) if groups else ("", "No simulate cells.")
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>sweep {html.escape(name)}</title>"]
     parts.append(f"<style>{STYLE}</style></head><body><h1>Sweep {html.escape(name)}</h1>")
-    ok = sum(1 for r in records if r.get("status") == "ok")
-    parts.append(f"<p>{ok} cells done, {len(records) - ok} failed.</p>")
+    every = [*records, *perf]
+    ok = sum(1 for r in every if r.get("status") == "ok")
+    parts.append(f"<p>{ok} cells done, {len(every) - ok} failed.</p>")
     if comparisons:
         parts.append("<h2>Comparison (paired by seed, mean relative difference ± 95 % CI)</h2>")
         rows = [[_label(c["options"], [v for v in varying if v != "policy"]), c["text"]] for c in comparisons]
@@ -128,7 +131,27 @@ def write_report(
              *(_fmt((r.get("kpis") or {}).get(k)) for k in kpis), str(r.get("error") or "")]
             for r in records]  # fmt: skip
     parts.append(_table(["cell", "status", *kpis, "error"], rows, left=2, cls="cells"))
+    if perf:
+        parts.append(_perf_section(perf))
     parts.append("</body></html>\n")
     tmp = path.with_name(path.name + ".part")
     tmp.write_text("".join(parts), encoding="utf-8")
     tmp.replace(path)
+
+
+def _perf_section(perf: Sequence[Mapping[str, Any]]) -> str:
+    """The ``perf serve`` cells: one row each, the best tokens/s per GPU at each target and the peak."""
+    kpis = [k for k in perf_kpi_order(k for r in perf for k in (r.get("kpis") or {})) if k.startswith("tok_s_gpu_at_")]
+    heads = ["cell", "status", *(k.removeprefix("tok_s_gpu_at_") + " tok/s/user" for k in kpis), "peak", "error"]
+    rows = []
+    for r in perf:
+        o = {k: v for k, v in r.get("options", {}).items() if k != "kind"}
+        got = r.get("kpis") or {}
+        cells = ["unreachable" if r.get("status") == "ok" and got.get(k) is None else _fmt(got.get(k)) for k in kpis]
+        rows.append([_label(o, list(o)), str(r.get("status")), *cells, _fmt(got.get("peak_tok_s_gpu")),
+                     str(r.get("error") or "")])  # fmt: skip
+    return (
+        "<h2>perf serve points (tokens/s per GPU at each interactivity target)</h2>"
+        "<p class='note'>Predictions of the performance model (docs/perf.md), not measurements.</p>"
+        + _table(heads, rows, left=2, cls="perf")
+    )

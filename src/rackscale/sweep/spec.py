@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -21,6 +21,7 @@ from rackscale.host.kpis import Kpis
 from rackscale.host.runs import Estimates
 from rackscale.model.errors import RackscaleError
 from rackscale.model.spec_errors import format_loc
+from rackscale.sweep.perf_cells import PERF_OPTION_NAMES, PerfOptions
 
 API_VERSION = "rackscale.io/v1"
 MAX_CELLS = 100_000  # a grid larger than this is a typo (a list pasted into the wrong key), not a plan
@@ -119,6 +120,7 @@ class CellOptions(BaseModel):
 
 
 OPTION_NAMES = tuple(CellOptions.model_fields)
+Option = TypeVar("Option", CellOptions, PerfOptions)
 
 
 class Compare(BaseModel):
@@ -143,12 +145,28 @@ class Metadata(BaseModel):
     name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
+class PerfBody(BaseModel):
+    """``spec.perf``: ``perf serve`` points, as ``base``/``grid``/``cells`` over ``PerfOptions``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    base: dict[str, Any] = Field(default_factory=dict)
+    grid: dict[str, Any] = Field(default_factory=dict)
+    cells: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     base: dict[str, Any] = Field(default_factory=dict)
     grid: dict[str, Any] = Field(default_factory=dict)  # lists, checked by _check_options
     cells: list[dict[str, Any]] = Field(default_factory=list)
     compare: Compare = Field(default_factory=Compare)
+    perf: PerfBody | None = None
+
+    @property
+    def simulates(self) -> bool:
+        """Simulate cells: any of base, grid or cells given, or no ``perf`` section (a bare spec is one
+        default ``simulate`` cell, as before perf cells existed)."""
+        return bool(self.base or self.grid or self.cells) or self.perf is None
 
 
 class SweepSpec(BaseModel):
@@ -160,31 +178,50 @@ class SweepSpec(BaseModel):
     metadata: Metadata
     spec: Body
 
-    def expand(self) -> list[CellOptions]:
+    def expand(self) -> list[CellOptions | PerfOptions]:
+        """The simulate cells, then the ``perf serve`` cells (``spec.perf``)."""
         body = self.spec
-        keys = list(body.grid)
-        scenarios = body.cells or [{}]
-        out: list[CellOptions] = []
-        seen: set[str] = set()
+        out: list[CellOptions | PerfOptions] = []
         problems: list[str] = []
-        for i, scenario in enumerate(scenarios):
-            for point in itertools.product(*(body.grid[k] for k in keys)):
-                merged = {**body.base, **scenario, **dict(zip(keys, point, strict=True))}
-                try:
-                    cell = CellOptions.model_validate(merged)
-                except ValidationError as e:
-                    where = f"spec.cells[{i}]" if body.cells else "spec"
-                    problems.append(f"{where} with {_short(merged)}: {_first_message(e)}")
-                    continue
-                ident = repr(sorted(cell.canonical().items()))
-                if ident not in seen:  # a grid that repeats a value gives the same cell once
-                    seen.add(ident)
-                    out.append(cell)
+        if body.simulates:
+            out += _expand(CellOptions, "spec", body.base, body.grid, body.cells, problems)
+        if body.perf is not None:
+            p = body.perf
+            out += _expand(PerfOptions, "spec.perf", p.base, p.grid, p.cells, problems)
         if problems:
             raise SweepError(
                 problems[:10] + ([f"... and {len(problems) - 10} more cells"] if len(problems) > 10 else [])
             )
         return out
+
+
+def _expand(
+    model: type[Option],
+    where: str,
+    base: Mapping[str, Any],
+    grid: Mapping[str, Any],
+    cells: list[dict[str, Any]],
+    problems: list[str],
+) -> list[Option]:
+    """``base``, then each of ``cells`` (or none), then each point of ``grid``, the later winning; a grid
+    that repeats a value gives that cell once."""
+    keys = list(grid)
+    out: list[Option] = []
+    seen: set[str] = set()
+    for i, scenario in enumerate(cells or [{}]):
+        for point in itertools.product(*(grid[k] for k in keys)):
+            merged = {**base, **scenario, **dict(zip(keys, point, strict=True))}
+            try:
+                cell = model.model_validate(merged)
+            except ValidationError as e:
+                at = f"{where}.cells[{i}]" if cells else where
+                problems.append(f"{at} with {_short(merged)}: {_first_message(e)}")
+                continue
+            ident = repr(sorted(cell.canonical().items()))
+            if ident not in seen:
+                seen.add(ident)
+                out.append(cell)
+    return out
 
 
 def _short(options: Mapping[str, Any]) -> str:
@@ -198,14 +235,17 @@ def _first_message(e: ValidationError) -> str:
     return f"{loc}: {msg}" if loc else msg
 
 
-def _check_options(where: str, options: Mapping[str, Any], problems: list[str], *, lists: bool = False) -> None:
+def _check_options(
+    where: str, options: Mapping[str, Any], problems: list[str], *, lists: bool = False, perf: bool = False
+) -> None:
     """Each option's name and value alone, so that a bad value is reported at the field that holds it."""
+    names = PERF_OPTION_NAMES if perf else OPTION_NAMES
     for name, value in options.items():
         path = f"{where}.{name}"
-        if name not in OPTION_NAMES:
-            near = difflib.get_close_matches(str(name), OPTION_NAMES, n=1)
+        if name not in names:
+            near = difflib.get_close_matches(str(name), names, n=1)
             hint = f"did you mean {near[0]!r}? " if near else ""
-            problems.append(f"{path}: unknown option (fix: {hint}the options are: {', '.join(OPTION_NAMES)})")
+            problems.append(f"{path}: unknown option (fix: {hint}the options are: {', '.join(names)})")
             continue
         values = value if lists else [value]
         if lists and (not isinstance(value, list) or not value):
@@ -214,7 +254,10 @@ def _check_options(where: str, options: Mapping[str, Any], problems: list[str], 
         for j, v in enumerate(values):
             at = f"{path}[{j}]" if lists else path
             try:
-                CellOptions.model_validate({name: v})
+                if perf:  # model and gpu are required: a stand-in for whichever this check is not about
+                    PerfOptions.model_validate({"model": "llama-3.1-8b", "gpu": "h100", name: v})
+                else:
+                    CellOptions.model_validate({name: v})
             except ValidationError as e:
                 problems.append(f"{at}: {str(e.errors()[0]['msg']).removeprefix('Value error, ')}")
 
@@ -242,6 +285,13 @@ def parse_sweep(doc: object, *, source: str = "sweep") -> SweepSpec:
         _check_options(f"spec.cells[{i}]", cell, problems)
     axes = [v for v in sweep.spec.grid.values() if isinstance(v, list)]
     size = math.prod(len(v) for v in axes) * max(1, len(sweep.spec.cells))
+    if (perf := sweep.spec.perf) is not None:
+        _check_options("spec.perf.base", perf.base, problems, perf=True)
+        _check_options("spec.perf.grid", perf.grid, problems, lists=True, perf=True)
+        for i, cell in enumerate(perf.cells):
+            _check_options(f"spec.perf.cells[{i}]", cell, problems, perf=True)
+        perf_axes = [v for v in perf.grid.values() if isinstance(v, list)]
+        size += math.prod(len(v) for v in perf_axes) * max(1, len(perf.cells))
     if size > MAX_CELLS:
         problems.append(f"spec.grid: {size:,} cells is more than {MAX_CELLS:,} (fix: split the sweep)")
     if problems:
@@ -251,7 +301,7 @@ def parse_sweep(doc: object, *, source: str = "sweep") -> SweepSpec:
     except SweepError as e:
         raise SweepError([f"{source}: {p}" for p in e.problems]) from None
     baseline = sweep.spec.compare.baseline
-    if baseline is not None and baseline not in {c.policy for c in cells}:
+    if baseline is not None and baseline not in {c.policy for c in cells if isinstance(c, CellOptions)}:
         raise SweepError([f"{source}: spec.compare.baseline: {baseline!r} is no policy of the sweep's cells"])
     return sweep
 
