@@ -186,6 +186,8 @@ class ClusterState(CapacityState):
         at least one unit stays. Which slices go, or which part of one: :func:`shed_slices`."""
         rj = self.running[name]
         kept, gone, shed = shed_slices(rj.placement, rj.spec.unit, units)
+        if not shed:
+            return rj  # nothing leaves: the indexes stay as they are (their sets' order decides placements)
         for a in gone:
             self._give(a)
         return self._replace_placement(rj, kept, rj.placement.units - shed)
