@@ -118,3 +118,11 @@ def test_perf_kpis_are_ordered_by_target_not_as_text() -> None:
     assert perf_kpi_order(names) == [
         "tok_s_gpu_at_25", "tok_s_gpu_at_125", "tok_s_gpu_at_1000", "ttft_s_at_25", "peak_tok_s_gpu",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["sweep-million-by-region.yaml", "sweep-perf-r1.yaml"])
+def test_the_example_sweeps_are_valid(name: str) -> None:
+    from rackscale.sweep import load_sweep
+
+    cells = load_sweep(Path(__file__).parents[2] / "examples" / name).expand()
+    assert len(cells) in (3, 6)
