@@ -121,6 +121,7 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert r.stderr.strip().startswith("error: ") and "spec.grid.policy[0]: unknown policy 'nope'" in r.stderr
     r = runner.invoke(app, ["sweep", "--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0 and "Examples:" in r.stdout and "rackscale sweep -f sweep.yaml --ray auto" in r.stdout
+    assert "pip install 'rackscale[sweep]'" in r.stdout  # the extra's name, not eaten as rich markup
 
 
 def _report(tmp_path: Path) -> str:

@@ -12,6 +12,7 @@ from rich.text import Text
 from rackscale.cli.output import OutputFormat, console, emit, err_console, fail, printable
 
 
+# The help is rich markup: a bare [sweep] would be read as a style tag and vanish, so it is escaped (\\[).
 def sweep(
     file: Path = typer.Option(..., "-f", "--file", help="The Sweep document (YAML); docs/sweep.md."),
     out: Path | None = typer.Option(None, "--out", help="Results folder (default sweeps/NAME); a rerun resumes."),
@@ -30,7 +31,7 @@ def sweep(
     seed. A rerun skips the cells already done (keyed by options, project version and input files); a
     failed cell is recorded with its error and the sweep goes on; a cell whose worker was killed is
     retried (--retries). Locally on a process pool; with --ray on a Ray cluster (pip install
-    'rackscale[sweep]'), one task per cell, the trace put in the object store once.
+    'rackscale\\[sweep]'), one task per cell, the trace put in the object store once.
 
     Examples:\n
       rackscale sweep -f sweep.yaml\n
