@@ -249,13 +249,46 @@ def test_shed_gives_back_units_the_last_placed_first_splitting_a_merged_slice(
     assert snapshot(state) == snapshot(fresh)
 
 
-def test_shed_keeps_replicas_over_nodes_when_the_slices_do_not_say_which_replica_is_which() -> None:
-    # Two 8-GPU replicas on 4 + 2 + 2 + 4 + 4 GPUs: no whole number of equal slices per replica.
-    #   r000: n0 [xxxx] n1 [xx..] n2 [xx..]
-    #   r001: n3 [xxxx] n4 [xxxx] n5 [....]
+def test_shed_of_replicas_over_nodes_in_no_regular_shape_gives_back_the_last_gpus() -> None:
+    # Two 8-GPU replicas on 4 + 2 + 2 + 4 + 4 GPUs (slices on one node merged: which GPU made which
+    # replica is not kept): the last 8 GPUs go, n3 and n4, and 8 stay.
+    #   r000: n0 [xxxx] n1 [xx..] n2 [xx..]          r000: n0 [xxxx] n1 [xx..] n2 [xx..]
+    #   r001: n3 [xxxx] n4 [xxxx] n5 [....]   ->     r001: n3 [....] n4 [....] n5 [....]
+    state = make_state(nodes=3)
+    spec = inference("svc", 2, gpus_per_replica=8, min_replicas=1, cpu_milli=800, memory_mib=80)
+    held = (
+        whole(0, 0, 1, 2, 3, cpu=400, mem=40),
+        whole(1, 0, 1, cpu=200, mem=20),
+        whole(2, 0, 1, cpu=200, mem=20),
+        whole(3, 0, 1, 2, 3, cpu=400, mem=40),
+        whole(4, 0, 1, 2, 3, cpu=400, mem=40),
+    )
+    state.allocate(spec, place("svc", *held, units=2), now=0)
+    rj = state.shed("svc", 1)
+    state.check_invariants()
+    assert rj.placement.allocs == held[:3] and rj.placement.units == 1
+    fresh = make_state(nodes=3)
+    fresh.allocate(spec, place("svc", *held[:3], units=1), now=0)
+    assert snapshot(state) == snapshot(fresh)
+
+
+def test_shed_splits_the_boundary_slice_of_replicas_over_nodes() -> None:
+    # Two 6-GPU replicas on n0 [xxxx] n1 [xxxx] n2 [xxxx]: the last 6 GPUs are n2's four and two of n1's.
+    state = make_state(nodes=3)
+    spec = inference("svc", 2, gpus_per_replica=6, min_replicas=1, cpu_milli=600, memory_mib=60)
+    held = tuple(whole(n, 0, 1, 2, 3, cpu=400, mem=40) for n in range(3))
+    state.allocate(spec, place("svc", *held, units=2), now=0)
+    rj = state.shed("svc", 1)
+    state.check_invariants()
+    assert rj.placement.allocs == (held[0], whole(1, 0, 1, cpu=200, mem=20)) and rj.placement.units == 1
+    assert state.free_whole_gpus == 24 - 6
+
+
+def test_shed_keeps_replicas_over_nodes_whose_gpus_do_not_add_up() -> None:
+    # 2 replicas of 8 GPUs on 12 GPUs (a placement from elsewhere): what to give back is not known.
     state = make_state(nodes=3)
     spec = inference("svc", 2, gpus_per_replica=8, min_replicas=1)
-    held = (whole(0, 0, 1, 2, 3), whole(1, 0, 1), whole(2, 0, 1), whole(3, 0, 1, 2, 3), whole(4, 0, 1, 2, 3))
+    held = (whole(0, 0, 1, 2, 3), whole(1, 0, 1, 2, 3), whole(2, 0, 1, 2, 3))
     state.allocate(spec, place("svc", *held, units=2), now=0)
     before, running = snapshot(state), state.running["svc"]
     rj = state.shed("svc", 1)

@@ -92,22 +92,33 @@ def shed_slices(
     placed first, at least one staying.
 
     A slice can carry several units (whole-GPU replicas on one node are merged into one slice): the last
-    slice is split when it carries more units than are left to give back. A unit larger than its slices (a
-    replica over several nodes) goes as its last slices when every slice is the same size and the unit a
-    whole number of them (the placer's whole nodes per replica); a placement of any other shape keeps its
-    units (which slices make up which replica is not known)."""
+    slice is split when it carries more units than are left to give back. A unit larger than a node (a
+    replica over several nodes, placed as single GPUs in one rack) goes as the placement's last
+    ``unit.gpus`` GPUs, each with the CPU and memory the placer gave it, the boundary slice split: slices
+    on one node are merged, so which GPUs made which replica is not kept, and what stays is counted
+    into replicas again by whoever reads it (``llm.jobs.replica_layouts``: rack by rack). A placement
+    whose GPUs are not ``units`` x ``unit.gpus`` keeps its units."""
     allocs = list(placement.allocs)
     left = asked = max(0, min(units, placement.units - 1))
     gone: list[NodeAlloc] = []
     if unit.gpus and allocs and any(len(a.gpus) < unit.gpus for a in allocs):
-        size = len(allocs[0].gpus)
-        if size and unit.gpus % size == 0 and all(len(a.gpus) == size for a in allocs):
-            per = unit.gpus // size
-            if len(allocs) == per * placement.units:
-                for _ in range(left * per):
-                    gone.append(allocs.pop())
-                left = 0
-        return tuple(allocs), tuple(gone), asked - left
+        if sum(len(a.gpus) for a in allocs) != placement.units * unit.gpus:
+            return placement.allocs, (), 0
+        # What the placer gave each GPU of such a replica (``scheduler.groups``: a unit of one GPU each).
+        cpu, mem = -(-unit.cpu_milli // unit.gpus), -(-unit.memory_mib // unit.gpus)
+        gpus = left * unit.gpus
+        while gpus > 0:
+            last = allocs[-1]
+            if len(last.gpus) <= gpus:
+                gone.append(allocs.pop())
+                gpus -= len(last.gpus)
+                continue
+            cut = len(last.gpus) - gpus
+            c, m = min(last.cpu_milli, cpu * gpus), min(last.memory_mib, mem * gpus)
+            allocs[-1] = NodeAlloc(last.node, last.gpus[:cut], last.milli, last.cpu_milli - c, last.memory_mib - m)
+            gone.append(NodeAlloc(last.node, last.gpus[cut:], last.milli, c, m))
+            gpus = 0
+        return tuple(allocs), tuple(gone), asked
     while left > 0 and allocs:
         last = allocs[-1]
         k = units_in(last, unit)
