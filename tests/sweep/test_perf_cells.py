@@ -52,9 +52,10 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"base": {"model": "deepseek-r1", "gpu": "b200", "kind": "x"}}, "spec.perf.base.kind: unknown option"),
     ({"base": {"model": "deepseek-r1"}}, "spec.perf with model='deepseek-r1': gpu: Field required"),
     ({"base": {"model": "deepseek-r1"}, "grid": {"gpu": "b200"}}, "spec.perf.grid.gpu: a grid axis is a non-empty"),
+    ({"base": {"model": "x" * 5000, "gpu": "b200"}}, "spec.perf.base.model: String should have at most 4096"),
 ]  # fmt: skip
 IDS = ["option-typo", "unknown-model", "unknown-system", "unknown-precision", "zero-isl", "negative-target",
-       "kind-is-not-an-option", "gpu-missing", "axis-not-a-list"]  # fmt: skip
+       "kind-is-not-an-option", "gpu-missing", "axis-not-a-list", "huge-model-name"]  # fmt: skip
 
 
 @pytest.mark.parametrize(("perf", "expected"), BAD, ids=IDS)

@@ -27,9 +27,9 @@ class PerfOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["perf-serve"] = PERF_KIND
-    model: str  # --model: a built-in name or a Hugging Face config.json
-    gpu: str  # --gpu: a system, NAME:N for an NVLink domain of N GPUs
-    precision: str | None = None  # --precision (default fp8; bf16 on A100)
+    model: str = Field(max_length=4096)  # --model: a built-in name or a Hugging Face config.json
+    gpu: str = Field(max_length=64)  # --gpu: a system, NAME:N for an NVLink domain of N GPUs
+    precision: str | None = Field(None, max_length=16)  # --precision (default fp8; bf16 on A100)
     isl: int = Field(1024, ge=1, le=MAX_TOKENS)
     osl: int = Field(1024, ge=1, le=MAX_TOKENS)
     ttft_s: float | None = Field(None, gt=0.0, le=MAX_TTFT_S)
