@@ -127,3 +127,23 @@ def test_the_example_sweeps_are_valid(name: str) -> None:
 
     cells = load_sweep(Path(__file__).parents[2] / "examples" / name).expand()
     assert len(cells) in (3, 6)
+
+
+def test_each_system_is_compared_with_the_baseline_as_perf_serve_vs_does(tmp_path: Path) -> None:
+    document = perf_doc({"base": R1, "grid": {"gpu": ["gb200", "b200"], "isl": [1024, 8192]}, "baseline": "b200"})
+    out = sweep_cli(tmp_path, document)
+    assert len(out["perf_comparisons"]) == 2  # gb200 vs b200 at each isl; b200 is not compared with itself
+    short = next(c for c in out["perf_comparisons"] if "isl" not in c["options"])
+    vs = perf_serve("--model", "deepseek-r1", "--gpu", "gb200", "--precision", "fp4", "--mtp", "-i", "25,125,275",
+                    "--vs", "b200")  # fmt: skip
+    want = {f"tok_s_gpu_at_{r['interactivity_tok_s_user']:g}": r["ratio"] for r in vs["ratios"]}
+    assert {k: v for k, v in short["ratios"].items() if k != "peak_tok_s_gpu"} == want
+    assert short["ratios"]["peak_tok_s_gpu"] == vs["peak_ratio"]
+    assert short["text"].startswith("gb200 vs b200, tokens/s per GPU at tok/s/user 25: x")
+    assert "against the baseline system" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_a_baseline_that_is_no_cells_gpu_is_one_line() -> None:
+    with pytest.raises(SweepError) as e:
+        parse_sweep(perf_doc({"base": {**R1, "gpu": "gb200"}, "baseline": "h100"}), source="s.yaml")
+    assert e.value.problems == ["s.yaml: spec.perf.baseline: 'h100' is no gpu of the perf cells"]

@@ -78,7 +78,7 @@ def _finish(spec: Any, options: list[Any], folder: Path, *, stats: Any, skipped:
     import json
 
     from rackscale.sweep.cells import cell_key
-    from rackscale.sweep.perf_cells import PERF_KIND, perf_kpi_order
+    from rackscale.sweep.perf_cells import PERF_KIND, perf_compare, perf_kpi_order
     from rackscale.sweep.report import write_report
     from rackscale.sweep.results import aggregate, compare, read_results, write_csv, write_parquet
 
@@ -93,8 +93,10 @@ def _finish(spec: Any, options: list[Any], folder: Path, *, stats: Any, skipped:
     groups = aggregate(simulated, kpis)
     baseline = spec.spec.compare.baseline
     comparisons = compare(simulated, baseline=baseline, kpis=kpis) if baseline else []
+    gpu = spec.spec.perf.baseline if spec.spec.perf is not None else None
+    perf_comparisons = perf_compare(perf, baseline=gpu) if gpu else []
     write_report(folder / "report.html", name=spec.metadata.name, records=simulated, groups=groups,
-                 comparisons=comparisons, kpis=kpis, perf=perf)  # fmt: skip
+                 comparisons=comparisons, kpis=kpis, perf=perf, perf_comparisons=perf_comparisons)  # fmt: skip
     files = ["results.jsonl", "results.csv", *(["results.parquet"] if parquet else []), "summary.json", "report.html"]
     summary = {
         "name": spec.metadata.name,
@@ -113,6 +115,7 @@ def _finish(spec: Any, options: list[Any], folder: Path, *, stats: Any, skipped:
         "groups": groups,
         "comparisons": comparisons,
         "perf": [{"options": r["options"], "kpis": r.get("kpis")} for r in perf if r.get("status") == "ok"],
+        "perf_comparisons": perf_comparisons,
         "errors": sorted({str(r.get("error")) for r in records if r.get("status") != "ok"}),
     }
     (folder / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=True) + "\n", encoding="utf-8")
@@ -128,6 +131,8 @@ def _print(summary: dict[str, Any]) -> None:
     for c in summary["comparisons"]:
         where = ", ".join(f"{k}={v}" for k, v in c["options"].items())
         console.print(Text(printable(c["text"] + (f"  [{where}]" if where else ""))), highlight=False)
+    for c in summary["perf_comparisons"]:
+        console.print(Text(printable(c["text"])), highlight=False)
     for e in summary["errors"][:5]:
         err_console.print(Text(printable(f"failed: {e}")), highlight=False)
     console.print(Text(printable(f"results in {summary['folder']}: {', '.join(summary['files'])}")), highlight=False)

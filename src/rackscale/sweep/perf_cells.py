@@ -9,7 +9,7 @@ target (``tok_s_gpu_at_<target>``, ``null`` where no plan reaches it), the TTFT 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -160,3 +160,36 @@ def run_perf_cell(options: dict[str, Any]) -> dict[str, Any]:
         "load_s": 0.0,
         "sim_s": time.perf_counter() - t0,
     }
+
+
+def perf_compare(records: Iterable[Mapping[str, Any]], *, baseline: str) -> list[dict[str, Any]]:
+    """Each ``ok`` perf cell against the one that differs only by ``gpu`` (= ``baseline``): the ratio of
+    tokens/s per GPU at each target and at the peak (``perf serve --vs``'s ratios); ``None`` where either
+    side is unreachable."""
+    import json
+
+    def rest(o: Mapping[str, Any]) -> str:
+        return json.dumps({k: v for k, v in o.items() if k != "gpu"}, sort_keys=True)
+
+    ok = [r for r in records if r.get("status") == "ok"]
+    base = {rest(r["options"]): r for r in ok if r["options"].get("gpu") == baseline}
+    out: list[dict[str, Any]] = []
+    for r in ok:
+        gpu = r["options"].get("gpu")
+        b = base.get(rest(r["options"]))
+        if gpu == baseline or b is None:
+            continue
+        mine, theirs = r.get("kpis") or {}, b.get("kpis") or {}
+        names = [k for k in perf_kpi_order(mine) if k.startswith("tok_s_gpu_at_") or k == "peak_tok_s_gpu"]
+        ratios: dict[str, float | None] = {}
+        for k in names:
+            x, y = mine.get(k), theirs.get(k)
+            ratios[k] = x / y if isinstance(x, int | float) and isinstance(y, int | float) and y > 0 else None
+        shown = ", ".join(
+            f"{k.removeprefix('tok_s_gpu_at_').replace('peak_tok_s_gpu', 'peak')}: "
+            + ("n/a" if v is None else f"x{v:.2f}")
+            for k, v in ratios.items()
+        )
+        text = f"{gpu} vs {baseline}, tokens/s per GPU at tok/s/user {shown}"
+        out.append({"options": r["options"], "gpu": gpu, "baseline": baseline, "ratios": ratios, "text": text})
+    return out

@@ -106,6 +106,7 @@ def write_report(
     comparisons: Sequence[Mapping[str, Any]],
     kpis: Sequence[str],
     perf: Sequence[Mapping[str, Any]] = (),
+    perf_comparisons: Sequence[Mapping[str, Any]] = (),
 ) -> None:
     keys = sorted({k for g in groups for k in g["options"]} | {k for r in records for k in r.get("options", {})})
     varying = [k for k in keys if k != "seed" and len({json.dumps(_value(g["options"], k)) for g in groups}) > 1]
@@ -133,6 +134,9 @@ def write_report(
     parts.append(_table(["cell", "status", *kpis, "error"], rows, left=2, cls="cells"))
     if perf:
         parts.append(_perf_section(perf))
+    if perf_comparisons:
+        parts.append("<h2>perf serve points against the baseline system (ratio of tokens/s per GPU)</h2>")
+        parts.append(_table(["comparison"], [[c["text"]] for c in perf_comparisons], cls="perf-compare"))
     parts.append("</body></html>\n")
     tmp = path.with_name(path.name + ".part")
     tmp.write_text("".join(parts), encoding="utf-8")

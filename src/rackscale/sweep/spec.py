@@ -152,6 +152,9 @@ class PerfBody(BaseModel):
     base: dict[str, Any] = Field(default_factory=dict)
     grid: dict[str, Any] = Field(default_factory=dict)
     cells: list[dict[str, Any]] = Field(default_factory=list)
+    # A system of the cells (their ``gpu``): every other cell is compared with the one that differs only
+    # by ``gpu``, as ``perf serve --vs`` does (the ratio of tokens/s per GPU at each target).
+    baseline: str | None = Field(None, max_length=64)
 
 
 class Body(BaseModel):
@@ -303,6 +306,9 @@ def parse_sweep(doc: object, *, source: str = "sweep") -> SweepSpec:
     baseline = sweep.spec.compare.baseline
     if baseline is not None and baseline not in {c.policy for c in cells if isinstance(c, CellOptions)}:
         raise SweepError([f"{source}: spec.compare.baseline: {baseline!r} is no policy of the sweep's cells"])
+    gpu = perf.baseline if perf is not None else None
+    if gpu is not None and gpu not in {c.gpu for c in cells if isinstance(c, PerfOptions)}:
+        raise SweepError([f"{source}: spec.perf.baseline: {gpu!r} is no gpu of the perf cells"])
     return sweep
 
 
