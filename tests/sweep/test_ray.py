@@ -106,3 +106,16 @@ def test_cells_on_two_nodes_trace_put_once_killed_worker_retried(
     assert killed in of_seed_1 and any(p != killed for p in of_seed_1)  # retried in another worker
     with pytest.raises(ProcessLookupError):
         os.kill(killed, 0)
+
+
+def test_perf_cells_on_the_cluster(cluster: Path) -> None:
+    """perf serve cells through the real cell function on Ray: no trace to put, each point computed on a node."""
+    perf = {"base": {"model": "llama-3.1-8b", "interactivity": [50, 100]}, "grid": {"gpu": ["h100", "b200"]}}
+    document = {"apiVersion": "rackscale.io/v1", "kind": "Sweep", "metadata": {"name": "p"}, "spec": {"perf": perf}}
+    cells, _ = make_cells(parse_sweep(document).expand())
+    with ResultsWriter(cluster / "perf.jsonl") as w:
+        stats = run_ray(cells, w, address=None, retries=1)
+    recs = list(read_results(cluster / "perf.jsonl").values())
+    assert stats.trace_puts == 0 and stats.done == 2, stats.errors
+    assert {r["options"]["gpu"] for r in recs} == {"h100", "b200"}
+    assert all(r["runner"] == "ray" and r["kpis"]["tok_s_gpu_at_50"] > 0 for r in recs)
