@@ -53,9 +53,13 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"base": {"model": "deepseek-r1"}}, "spec.perf with model='deepseek-r1': gpu: Field required"),
     ({"base": {"model": "deepseek-r1"}, "grid": {"gpu": "b200"}}, "spec.perf.grid.gpu: a grid axis is a non-empty"),
     ({"base": {"model": "x" * 5000, "gpu": "b200"}}, "spec.perf.base.model: String should have at most 4096"),
+    ({"base": {"model": "a\x00.json", "gpu": "b200"}}, "spec.perf.base.model: a model is a built-in name or a"),
+    ({"base": {"model": "\ud800", "gpu": "b200"}}, "spec.perf.base.model: Input should be a valid string"),
+    ({"base": {"model": [[["x"]]], "gpu": "b200"}}, "spec.perf.base.model: Input should be a valid string"),
 ]  # fmt: skip
 IDS = ["option-typo", "unknown-model", "unknown-system", "unknown-precision", "zero-isl", "negative-target",
-       "kind-is-not-an-option", "gpu-missing", "axis-not-a-list", "huge-model-name"]  # fmt: skip
+       "kind-is-not-an-option", "gpu-missing", "axis-not-a-list", "huge-model-name",
+       "nul-in-a-path", "lone-surrogate", "nested-lists"]  # fmt: skip
 
 
 @pytest.mark.parametrize(("perf", "expected"), BAD, ids=IDS)
@@ -147,3 +151,10 @@ def test_a_baseline_that_is_no_cells_gpu_is_one_line() -> None:
     with pytest.raises(SweepError) as e:
         parse_sweep(perf_doc({"base": {**R1, "gpu": "gb200"}, "baseline": "h100"}), source="s.yaml")
     assert e.value.problems == ["s.yaml: spec.perf.baseline: 'h100' is no gpu of the perf cells"]
+
+
+def test_a_model_file_the_os_cannot_open_is_one_error_not_a_traceback() -> None:
+    from rackscale.workloads.llm_models import ModelFileError, load_model
+
+    with pytest.raises(ModelFileError, match=r"cannot read the file \(embedded null byte\)"):
+        load_model("a\x00.json")

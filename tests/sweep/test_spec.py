@@ -30,6 +30,8 @@ BAD: list[tuple[Any, str]] = [
     (doc(base={"maintenance": ["r000 at 2h"]}), "spec.base.maintenance: 'r000 at 2h': "),
     (doc(base={"start_time": "yesterday"}), "spec.base.start_time: "),
     (doc(base={"trace": "philly"}), "spec.base.trace: expected FORMAT:PATH"),
+    (doc(base={"cluster": "a\x00b.yaml"}), "spec.base.cluster: a path holds no NUL character"),
+    (doc(base={"schedules": ["ok.yaml", "a\x00b.yaml"]}), "spec.base.schedules: a path holds no NUL character"),
     (doc(base={"racks": 2, "cluster": "c.yaml"}), "spec with racks=2, cluster='c.yaml': give either cluster or racks"),
     (doc(cells=[{}, {"trace": "philly:a", "jobs_file": "b"}]), "spec.cells[1] with "),
     (doc(cells=[{"polcy": "x"}]), "spec.cells[0].polcy: unknown option (fix: did you mean 'policy'?"),
@@ -40,7 +42,8 @@ BAD: list[tuple[Any, str]] = [
 IDS = [
     "not-a-mapping", "api-version", "kind", "name-pattern", "unknown-top-key", "unknown-option-typo",
     "unknown-policy-in-grid", "axis-not-a-list", "axis-empty", "negative-seed", "non-number", "zero-racks",
-    "bad-maintenance", "bad-start-time", "trace-without-path", "cluster-and-racks", "trace-and-jobs-file",
+    "bad-maintenance", "bad-start-time", "trace-without-path", "nul-in-cluster-path", "nul-in-a-schedule-path",
+    "cluster-and-racks", "trace-and-jobs-file",
     "cell-option-typo", "unknown-kpi", "baseline-not-swept", "grid-too-large",
 ]  # fmt: skip
 

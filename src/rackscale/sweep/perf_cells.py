@@ -61,6 +61,8 @@ class PerfOptions(BaseModel):
         from rackscale.llm.models import model_named
         from rackscale.workloads.llm_models import names_a_file
 
+        if "\x00" in v:  # no file name holds one (the OS refuses the path), no built-in name either
+            raise ValueError("a model is a built-in name or a config.json path, neither of which holds NUL")
         if not names_a_file(v):
             model_named(v)
         return v

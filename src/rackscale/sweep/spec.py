@@ -99,6 +99,15 @@ class CellOptions(BaseModel):
             parse_start_time(v)  # its ValueError names the expected form
         return v
 
+    @field_validator("cluster", "jobs_file", "trace", "schedules")
+    @classmethod
+    def _no_nul(cls, v: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
+        """A path holds no NUL character (the OS refuses it; reading the file would fail past validation)."""
+        for p in (v,) if isinstance(v, str) else v or ():
+            if "\x00" in p:
+                raise ValueError("a path holds no NUL character")
+        return v
+
     @field_validator("trace")
     @classmethod
     def _trace(cls, v: str | None) -> str | None:

@@ -62,8 +62,9 @@ def load_model(text: str) -> LoadedModel:
         try:
             with path.open("rb") as fh:
                 raw = fh.read(MAX_CONFIG_BYTES + 1)
-        except OSError as err:
-            raise ModelFileError(f"cannot read the file ({err.strerror or err})", in_file=True) from None
+        except (OSError, ValueError) as err:  # ValueError: a path the OS cannot take (an embedded NUL)
+            why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            raise ModelFileError(f"cannot read the file ({why})", in_file=True) from None
         if len(raw) > MAX_CONFIG_BYTES:
             raise ModelFileError(f"more than {MAX_CONFIG_BYTES >> 10} KiB; a config.json is a few KB", in_file=True)
         try:
