@@ -67,19 +67,12 @@ def resolve_system(text: str, *, domain: int | None = None, option: str = "--gpu
         fail(f"{option}: {err}")
 
 
-def default_precision(gpu: GpuSpec) -> Precision:
-    """FP8 where the chip has FP8 tensor cores (the usual serving checkpoint), else BF16."""
-    from rackscale.llm.precision import Precision
-
-    return Precision.FP8 if gpu.supports(Precision.FP8) else Precision.BF16
-
-
 def resolve_precision(text: str | None, gpu: GpuSpec, *, option: str = "--precision") -> Precision:
     from rackscale.llm.precision import parse_precision
     from rackscale.model.errors import RackscaleError
 
     if text is None:
-        return default_precision(gpu)
+        return gpu.default_precision()
     try:
         return parse_precision(text)
     except RackscaleError as err:

@@ -58,6 +58,11 @@ class GpuSpec:
         """Whether the tensor cores run this precision natively."""
         return any(p is precision for p, _ in self.dense_tflops)
 
+    def default_precision(self) -> Precision:
+        """FP8 where the chip has FP8 tensor cores (the usual serving checkpoint), else BF16: what ``perf`` and
+        a sweep's perf cells serve at when no precision is given."""
+        return Precision.FP8 if self.supports(Precision.FP8) else Precision.BF16
+
     def flops(self, precision: Precision) -> float:
         """Dense tensor FLOP/s at ``precision``.
 

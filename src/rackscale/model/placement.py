@@ -77,12 +77,14 @@ def units_in(a: NodeAlloc, unit: Resources) -> int:
 def split_units(a: NodeAlloc, unit: Resources, units: int) -> tuple[NodeAlloc, NodeAlloc]:
     """``(what stays, what goes)`` when ``units`` of the units a slice carries leave it: the last GPUs
     go, with the units' CPU and memory. Only for a slice carrying more than ``units`` units."""
-    gpus = unit.gpus * units if a.gpus else 0
+    return _cut(a, unit.gpus * units if a.gpus else 0, unit.cpu_milli * units, unit.memory_mib * units)
+
+
+def _cut(a: NodeAlloc, gpus: int, cpu: int, mem: int) -> tuple[NodeAlloc, NodeAlloc]:
+    """``(what stays, what goes)`` when a slice's last ``gpus`` GPUs leave it with ``cpu`` and ``mem``."""
     cut = len(a.gpus) - gpus
-    cpu, mem = unit.cpu_milli * units, unit.memory_mib * units
     stays = NodeAlloc(a.node, a.gpus[:cut], a.milli, a.cpu_milli - cpu, a.memory_mib - mem)
-    goes = NodeAlloc(a.node, a.gpus[cut:], a.milli, cpu, mem)
-    return stays, goes
+    return stays, NodeAlloc(a.node, a.gpus[cut:], a.milli, cpu, mem)
 
 
 def shed_slices(
@@ -113,10 +115,8 @@ def shed_slices(
                 gone.append(allocs.pop())
                 gpus -= len(last.gpus)
                 continue
-            cut = len(last.gpus) - gpus
-            c, m = min(last.cpu_milli, cpu * gpus), min(last.memory_mib, mem * gpus)
-            allocs[-1] = NodeAlloc(last.node, last.gpus[:cut], last.milli, last.cpu_milli - c, last.memory_mib - m)
-            gone.append(NodeAlloc(last.node, last.gpus[cut:], last.milli, c, m))
+            allocs[-1], part = _cut(last, gpus, min(last.cpu_milli, cpu * gpus), min(last.memory_mib, mem * gpus))
+            gone.append(part)
             gpus = 0
         return tuple(allocs), tuple(gone), asked
     while left > 0 and allocs:

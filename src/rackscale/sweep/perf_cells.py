@@ -121,7 +121,7 @@ def run_perf_cell(options: dict[str, Any]) -> dict[str, Any]:
 
     from rackscale.llm.calibration import serving_efficiency
     from rackscale.llm.hardware import system_named
-    from rackscale.llm.precision import Precision, parse_precision
+    from rackscale.llm.precision import parse_precision
     from rackscale.llm.serving import ServeWorkload, ServingMode, serve_curve
     from rackscale.workloads.llm_models import load_model, model_mtp
 
@@ -129,10 +129,7 @@ def run_perf_cell(options: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     loaded = load_model(cell.model)  # a ModelFileError names the problem: the runner records it
     system = system_named(cell.gpu)
-    if cell.precision is not None:
-        precision = parse_precision(cell.precision)
-    else:  # perf serve's default: FP8 where the chip has it, else BF16
-        precision = Precision.FP8 if system.gpu.supports(Precision.FP8) else Precision.BF16
+    precision = parse_precision(cell.precision) if cell.precision is not None else system.gpu.default_precision()
     work = ServeWorkload(
         model=loaded.spec,
         precision=precision,
