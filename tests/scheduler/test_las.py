@@ -412,8 +412,9 @@ def _equal_from_scratch(
 @pytest.mark.parametrize("seed", range(40))
 def test_each_running_jobs_fitness_kept_per_instant_answers_as_read_afresh(seed: int) -> None:
     """One chooser asked for every waiting job at one instant, then after a victim's run ended and it runs
-    again (a new RunningJob, a new record) at the same instant, then a minute on: each answer is the rule
-    read afresh for that pair."""
+    again (a new RunningJob, a new record) at the same instant, then a minute on, then past the runs'
+    minimum (the young runs it skipped by their start are fit now): each answer is the rule read afresh
+    for that pair."""
     rng = random.Random(seed)
     state, waiting, attained, now = _world(rng)
     chooser = LasVictims()
@@ -439,6 +440,8 @@ def test_each_running_jobs_fitness_kept_per_instant_answers_as_read_afresh(seed:
     state.running[name] = replace(old, started_at=now - CFG.min_run_s * 8, checkpointed_at=now - 1.0)
     check(now)
     check(now + 60.0)
+    check(now + CFG.min_run_s)
+    check(now + 5 * CFG.min_run_s)
 
 
 class _NoShortcut(LasVictims):

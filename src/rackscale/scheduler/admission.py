@@ -10,7 +10,7 @@ from __future__ import annotations
 from rackscale.model.topology import GPUCluster
 from rackscale.model.view import StateView
 from rackscale.model.workload import JobSpec
-from rackscale.scheduler.cycle import Attempt, Cycle
+from rackscale.scheduler.cycle import Attempt, Cycle, job_shape
 from rackscale.scheduler.decisions import Reservation
 from rackscale.scheduler.framework import CycleContext, Filter
 from rackscale.scheduler.gang import GangPlacement
@@ -51,12 +51,15 @@ class Admission:
         r = cycle.reservation
         if r is not None and job.name != r.job and job.priority <= r.priority and not _fits_before(end, r):
             exclude = r.racks  # it would delay the reservation's holder: it may only be backfilled
-        attempt = Attempt(job, exclude, bool(exclude), self.gang.may_split(job, now, state))
+        fenced, may_split = bool(exclude), self.gang.may_split(job, now, state)
+        shape = None
         if cycle.failed:  # (no failure yet: no shape to build)
-            seen = cycle.failed.get(attempt.shape)
+            shape = job_shape(job, fenced=fenced, may_split=may_split)
+            seen = cycle.failed.get(shape)
             if seen is not None and job.required_units >= seen.units and job.name not in state.running:
                 cycle.wait(job, seen.status)
-                return None
+                return None  # (most of a backlog's jobs: no Attempt built for them)
+        attempt = Attempt(job, exclude, fenced, may_split, _shape=shape)
         status = _run(self._dynamic, job, state, ctx)
         if status is not None:
             cycle.wait(job, status)

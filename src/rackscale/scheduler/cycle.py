@@ -78,18 +78,21 @@ class Attempt:
     def shape(self) -> JobShape:
         """Built on first use: a job needs it only once the cycle has a failure to compare it with."""
         if self._shape is None:
-            job = self.job
-            self._shape = JobShape(
-                job.kind,
-                _unit_key(job.unit),
-                job.topology.required,
-                job.topology.preferred,
-                self.fenced,
-                job.priority,
-                job.preemption_policy is not PreemptionPolicy.NEVER,
-                self.may_split,
-            )
+            self._shape = job_shape(self.job, fenced=self.fenced, may_split=self.may_split)
         return self._shape
+
+
+def job_shape(job: JobSpec, *, fenced: bool, may_split: bool) -> JobShape:
+    return JobShape(
+        job.kind,
+        _unit_key(job.unit),
+        job.topology.required,
+        job.topology.preferred,
+        fenced,
+        job.priority,
+        job.preemption_policy is not PreemptionPolicy.NEVER,
+        may_split,
+    )
 
 
 @dataclass(slots=True, init=False)

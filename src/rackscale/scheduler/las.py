@@ -24,6 +24,7 @@ submit-ordered lists, so the order costs no sort of the backlog.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
@@ -201,6 +202,10 @@ class LasVictims(CheapestVictims):
         # racks: docs/benchmarks.md, "Service at cluster scale").
         self._fit_at: float | None = None
         self._fit: dict[str, tuple[RunningJob, int]] = {}
+        # Per run, across instants: the time before which it cannot be such a victim (inf: never, as
+        # inference or a job that may not be preempted), read from that run alone. A cycle at a new instant
+        # then skips the young runs (at cluster scale most of them) without deriving anything else.
+        self._not_before: dict[str, tuple[RunningJob, float]] = {}
         # Per cycle: per priority, the latest of those queues among the running jobs (see _latest).
         self._latest_ctx: CycleContext | None = None
         self._latest_by_prio: dict[int, int] = {}
@@ -214,11 +219,14 @@ class LasVictims(CheapestVictims):
         if got is not None and got[0] is rj:
             return got[1]
         cfg, svc = self.config, attained.get(spec.name)
+        young = self._not_before.get(spec.name)
+        if young is None or young[0] is not rj:
+            # (``attained`` holds the job's earlier runs: it does not change while this one runs.)
+            fit = spec.preemptible and spec.kind is not JobKind.INFERENCE
+            young = self._not_before[spec.name] = (rj, rj.started_at + cfg.min_run(svc) if fit else math.inf)
         level = -1
         if (
-            spec.preemptible
-            and spec.kind is not JobKind.INFERENCE
-            and now - rj.started_at >= cfg.min_run(svc)
+            now >= young[1]  # preemptible, not inference, and has run its minimum
             # It saved since its (re)start (or saves on the stop signal): a run is never lost whole.
             and (spec.checkpoint_on_preempt or last_checkpoint(rj, now) > rj.started_at)
             and lost_on_preempt(rj, now) <= cfg.max_lost_share * cfg.service(svc, now, rj)[0]
@@ -236,11 +244,25 @@ class LasVictims(CheapestVictims):
         if self._latest_ctx is not ctx:
             latest: dict[int, int] = {}
             fitness, now, attained = self._fitness, ctx.now, ctx.attained
-            for rj in state.running.values():
-                level = fitness(rj, now, attained)
-                if level > latest.get(rj.spec.priority, -1):
+            if now != self._fit_at:
+                self._fit.clear()
+                self._fit_at = now
+            # ``_fitness``'s two memos read inline: this visits every running job (20,000 at 100,000 GPUs),
+            # and a call per job would cost as much as the rest of the loop.
+            fit, young = self._fit.get, self._not_before.get
+            for name, rj in state.running.items():
+                got = fit(name)
+                if got is not None and got[0] is rj:
+                    level = got[1]
+                else:
+                    y = young(name)
+                    level = -1 if y is not None and y[0] is rj and now < y[1] else fitness(rj, now, attained)
+                if level >= 0 and level > latest.get(rj.spec.priority, -1):
                     latest[rj.spec.priority] = level
             self._latest_ctx, self._latest_by_prio = ctx, latest
+            if len(self._not_before) > 2 * len(state.running) + 1024:  # runs that ended: forget them
+                running = state.running
+                self._not_before = {n: y for n, y in self._not_before.items() if running.get(n) is y[0]}
         return self._latest_by_prio
 
     def eligible(
