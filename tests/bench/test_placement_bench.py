@@ -26,6 +26,7 @@ RESULT_KEYS = (
     "p99_us_le72",
     "p99_us_gt72",
     "cycle_10k_pending_ms",
+    "cycle_10k_from_list_ms",
     "peak_rss_mb",
     "single_domain_share",
     "placed",
@@ -61,7 +62,7 @@ def test_counts_are_positive(quick_report: dict[str, Any]) -> None:
             assert res["placed"] + res["failed"] == res["decisions"] > 0
             assert res["decisions_per_s"] > 0
             assert res["p50_us"] > 0 and res["p99_us"] >= res["p50_us"]
-            assert res["cycle_10k_pending_ms"] > 0
+            assert res["cycle_10k_pending_ms"] > 0 and res["cycle_10k_from_list_ms"] > 0
             assert res["peak_rss_mb"] > 0
 
 

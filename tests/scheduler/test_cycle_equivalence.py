@@ -187,6 +187,27 @@ def test_a_repeated_cycle_decides_as_the_reference_does(seed: int) -> None:
 
 
 @SEEDS
+def test_a_kept_queue_decides_as_the_plain_list(seed: int) -> None:
+    """The host keeps its backlog in a ``PendingQueue`` between cycles (the placement bench times that
+    path); a caller with a plain list gets a queue built for the cycle. Three cycles in a row on each of
+    two like states decide the same: slices, reasons, reservation, counts. (Two states: a rolled-back
+    cycle leaves a set's iteration order as the history of its adds and discards makes it, not always as
+    it found it, so a cycle run after another on one state may meet nodes in another order.)"""
+    state, now = _filled(ClusterState, seed=seed)
+    ref, _ = _filled(ClusterState, seed=seed)
+    pending = _backlog(seed=seed, now=now)
+    kept = PendingQueue(pending)
+    sched, ref_sched = ResourceScheduler(seed=seed), ResourceScheduler(seed=seed)
+    for _ in range(3):
+        d, r = sched.schedule(state, kept, now), ref_sched.schedule(ref, pending, now)
+        assert len(d.placed) > 20
+        assert _placed(d) == _placed(r)
+        assert [(p.spec.name, p.status) for p in d.pending] == [(p.spec.name, p.status) for p in r.pending]
+        assert (d.reservation, d.not_examined, d.stats) == (r.reservation, r.not_examined, r.stats)
+    assert len(kept) == len(pending)  # a cycle reads the queue, never changes it
+
+
+@SEEDS
 def test_the_decisions_apply_cleanly_and_hold_no_gpu_twice(seed: int) -> None:
     state, now = _filled(ClusterState, seed=seed)
     d = ResourceScheduler(seed=seed).schedule(state, _backlog(seed=seed, now=now), now)

@@ -65,6 +65,7 @@ ROWS: tuple[tuple[str, str, int], ...] = (
     ("p99 µs, jobs ≤ 72 GPUs", "p99_us_le72", 0),
     ("p99 µs, jobs > 72 GPUs", "p99_us_gt72", 0),
     ("backlog cycle ms", "cycle_10k_pending_ms", 1),
+    ("backlog cycle ms, from a list", "cycle_10k_from_list_ms", 1),
     ("peak RSS MB", "peak_rss_mb", 0),
     ("single-rack share (≤ 72)", "single_domain_share", 4),
     ("placed", "placed", 0),
