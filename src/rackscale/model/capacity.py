@@ -61,6 +61,8 @@ class CapacityState:
         self.rack_node_index: list[BucketIndex] = [BucketIndex.sized(r.gpus_per_node) for r in cluster.racks]
         self.shared_nodes: dict[str, set[int]] = {m: set() for m in all_models}
         self.model_free_whole: dict[str, int] = dict.fromkeys(all_models, 0)
+        # Their sum, kept with them: a backlog cycle reads it for every job it examines (``free_whole_gpus``).
+        self.free_whole_total = 0
         # The largest rack per (model, region): its bucket holds the fully free racks.
         self.rack_capacity_of: dict[tuple[str, int], int] = {}
         for r in cluster.racks:
@@ -71,6 +73,7 @@ class CapacityState:
             ix.move(r.index, None, r.gpus)
             self.rack_index_all.setdefault(r.gpu_model, BucketIndex.sized(max_rack)).move(r.index, None, r.gpus)
             self.model_free_whole[r.gpu_model] += r.gpus
+            self.free_whole_total += r.gpus
         for n in nodes:
             self.node_index[n.gpu_model].move(n.index, None, n.gpus)
             self.rack_node_index[n.rack].move(n.index, None, n.gpus)
@@ -114,6 +117,7 @@ class CapacityState:
             ix.move(r, old_r, self.rack_whole[r])
             self.rack_index_all[rack.gpu_model].move(r, old_r, self.rack_whole[r])
             self.model_free_whole[node.gpu_model] += whole - old
+            self.free_whole_total += whole - old
         if shared != self.node_shared[n]:
             self.node_shared[n] = shared
             if shared:
@@ -230,7 +234,7 @@ class CapacityState:
 
     @property
     def free_whole_gpus(self) -> int:
-        return sum(self.model_free_whole.values())
+        return self.free_whole_total
 
     @property
     def failed_gpus(self) -> int:

@@ -277,6 +277,7 @@ class ClusterState(CapacityState):
         rack_all_buckets[old_r].discard(r)
         rack_all_buckets[new_r].add(r)
         self.model_free_whole[model] += delta
+        self.free_whole_total += delta
 
     # ------------------------------------------------------------------ failures
     def fail_gpu(self, node: int, gpu: int) -> set[str]:

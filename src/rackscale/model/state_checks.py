@@ -32,6 +32,7 @@ def snapshot(state: ClusterState) -> dict[str, object]:
         "node_shared": list(state.node_shared),
         "rack_whole": list(state.rack_whole),
         "model_free_whole": dict(state.model_free_whole),
+        "free_whole_total": state.free_whole_total,
         "used_milli": state.used_milli,
         "failed_gpus_count": state.failed_gpus_count,
         "rack_index": {k: [sorted(b) for b in ix.buckets] for k, ix in state.rack_index.items()},
@@ -88,6 +89,11 @@ def check_invariants(state: ClusterState) -> None:
         assert state.rack_whole[r] == whole, f"rack_whole out of sync on {rack.name}"
         assert r in state.rack_index[(rack.gpu_model, rack.region)].buckets[whole]
         assert r in state.rack_index_all[rack.gpu_model].buckets[whole]
+    by_model: dict[str, int] = dict.fromkeys(state.model_free_whole, 0)
+    for n, node in enumerate(c.nodes):
+        by_model[node.gpu_model] += state.node_whole[n]
+    assert state.model_free_whole == by_model, "model_free_whole out of sync"
+    assert state.free_whole_total == sum(by_model.values()), "free_whole_total out of sync"
     assert state.failed_gpus_count == state.failed_gpus, "failed_gpus_count out of sync"
     assert state.cordoned_idle_count == sum(state.cordoned_idle), "cordoned_idle_count out of sync"
     loaned = {name for name, rj in state.running.items() if rj.placement.opportunistic}

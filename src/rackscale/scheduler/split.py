@@ -31,10 +31,12 @@ class SplitAdvisor:
         self._room = None
 
     def split_pays_off(self, job: JobSpec, state: StateView, now: float) -> bool:
-        duration = job.duration_estimate_s
         total = job.total_gpus
+        if total < 2:  # (most of a backlog: asked first, before the reads the others need)
+            return True
+        duration = job.duration_estimate_s
         talks = job.timed_by_llm or job.comm.bytes_per_step > 0
-        if duration is None or not talks or total < 2 or total > state.cluster.max_rack_gpus:
+        if duration is None or not talks or total > state.cluster.max_rack_gpus:
             return True
         extra = (self._slowdown_of(job, state) - 1.0) * duration
         return extra < self._wait_for_rack(state, total, now)
