@@ -193,22 +193,21 @@ class ErrorOut(_Out):
 
 
 # ---------------------------------------------------------------------- builders
-def placement_out(cluster: GPUCluster, p: Placement) -> PlacementOut:
-    # One entry per node and share size; a GPU appears once per share of it the job holds (a job of
-    # many GPU shares holds several slices of one node).
+def merged_slices(cluster: GPUCluster, p: Placement) -> tuple[list[str], list[tuple[str, str, list[int], int]]]:
+    """The placement's racks (sorted names) and, per node and share size, (node, rack, GPUs, milli per GPU):
+    a GPU appears once per share of it the job holds (a job of many GPU shares holds several slices of one
+    node)."""
     merged: dict[tuple[int, int], list[int]] = {}
     for a in p.allocs:
         merged.setdefault((a.node, a.milli), []).extend(a.gpus)
-    nodes = [
-        NodeSlice(
-            node=cluster.nodes[n].name,
-            rack=cluster.racks[cluster.nodes[n].rack].name,
-            gpus=sorted(gpus),
-            milli_per_gpu=milli,
-        )
-        for (n, milli), gpus in merged.items()
-    ]
-    racks = sorted({n.rack for n in nodes})
+    nodes, racks = cluster.nodes, cluster.racks
+    out = [(nodes[n].name, racks[nodes[n].rack].name, sorted(gpus), milli) for (n, milli), gpus in merged.items()]
+    return sorted({rack for _, rack, _, _ in out}), out
+
+
+def placement_out(cluster: GPUCluster, p: Placement) -> PlacementOut:
+    racks, slices = merged_slices(cluster, p)
+    nodes = [NodeSlice(node=n, rack=r, gpus=gpus, milli_per_gpu=milli) for n, r, gpus, milli in slices]
     return PlacementOut(racks=racks, nodes=nodes, gpus=p.gpu_milli / MILLI_PER_GPU)
 
 
