@@ -62,10 +62,9 @@ class Backfill:
     def run(self, cycle: Cycle, attempt: Attempt) -> bool:
         if not attempt.fenced:
             return False
-        got = self.gang.place(cycle.tx, attempt.job, cycle.ctx, exclude=attempt.exclude, only=None)
+        got = self.gang.place(cycle.tx, attempt.job, cycle.ctx, exclude=attempt.exclude, only=None, backfilled=True)
         if isinstance(got, Placed):
-            p = got
-            cycle.placed.append(Placed(p.spec, p.placement, p.expected_end, backfilled=True, scale_up=p.scale_up))
+            cycle.placed.append(got)
             return True
         attempt.status = got
         return False

@@ -46,10 +46,12 @@ class GangPlacement:
         *,
         exclude: frozenset[int],
         only: frozenset[int] | None,
+        backfilled: bool = False,
     ) -> Placed | Status:
         """Place the job through ``tx``; on failure nothing of it stays in the state. An elastic gang (where
-        the profile allows) that does not fit at the size it asked for starts smaller (``elastic_sizes``)."""
-        got = self._place(tx, job, ctx, exclude=exclude, only=only)
+        the profile allows) that does not fit at the size it asked for starts smaller (``elastic_sizes``).
+        ``backfilled``: what the answer says (the backfill action's placements; one ``Placed`` built, not two)."""
+        got = self._place(tx, job, ctx, exclude=exclude, only=only, backfilled=backfilled)
         if isinstance(got, Placed) or got.code is Code.ERROR or not (self.profile.elastic and job.is_elastic):
             return got
         if job.name in tx.state.running:
@@ -60,7 +62,7 @@ class GangPlacement:
                 est = job.duration_estimate_s
                 # Slower in proportion on fewer GPUs (the same work: see ``training_step``).
                 end = ctx.now + est * job.units / units if est is not None else None
-                return Placed(job, smaller.placement, end)
+                return Placed(job, smaller.placement, end, backfilled=backfilled)
             if smaller.code is Code.ERROR:
                 return smaller
         return got
@@ -73,6 +75,7 @@ class GangPlacement:
         *,
         exclude: frozenset[int],
         only: frozenset[int] | None,
+        backfilled: bool = False,
     ) -> Placed | Status:
         state: StateView = tx.state
         models = allowed_models(job, ctx)
@@ -144,7 +147,7 @@ class GangPlacement:
                 placement = first
             else:
                 placement = Placement(job.name, merged, units)
-        return Placed(job, placement, end, scale_up=running is not None)
+        return Placed(job, placement, end, backfilled=backfilled, scale_up=running is not None)
 
     def may_split(self, job: JobSpec, now: float, state: StateView) -> bool:
         """May a gang that prefers one rack be split over racks now? After ``split_wait_s`` of waiting,
