@@ -143,6 +143,11 @@ REQUEST_ROWS = [
     Req("GET", "/v1/jobs/%ED%A0%80", 404, "no job named"),
     Req("DELETE", "/v1/jobs/x%00y", 404, "no job named"),
     Req("GET", "/v1/jobs/%1B%5B2J/events", 404, "no job named"),
+    # An encoded "/" would route elsewhere once decoded (DELETE /v1/jobs/%2F was redirected to POST-only
+    # /v1/jobs: 405): no name holds one, so 404, before auth.
+    Req("DELETE", "/v1/jobs/%2F", 404, "encoded one, %2F"),
+    Req("DELETE", "/v1/jobs/%2f%2F%2F", 404, "encoded one", token=None),
+    Req("GET", "/v1/jobs/victim-a%2F..%2Fvictim-b/events", 404, "names never hold '/'"),
     # Interactive docs load scripts from a CDN on the dashboard's origin: off by default.
     Req("GET", "/docs", 404, "Not Found", token=None),
 ]

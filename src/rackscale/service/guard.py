@@ -8,6 +8,7 @@ commands (an ASGI middleware, so it costs a few microseconds and no extra task p
 - **Origin check** (against cross-site requests): a browser's ``Origin`` must be the service itself (the
   same host and port as the ``Host`` header) or an allowed host. ``Origin: null`` (sandboxed frames,
   ``file://``) and any other origin get 403. Clients that are not browsers send no Origin.
+- **No encoded "/"** in the path (``%2F``): no name holds one, and decoded it would route elsewhere. 404.
 - **JSON only**: a request that changes something (POST, PUT, PATCH, DELETE) with a body must say
   ``Content-Type: application/json``, else 415. ``text/plain`` is what a cross-site ``fetch(..., {mode:
   "no-cors"})`` may send without a CORS preflight, so it never reaches a route.
@@ -94,6 +95,11 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         refusal = self._refusal(scope["method"], scope["headers"])
+        if refusal is None and b"%2f" in scope.get("raw_path", b"").lower():
+            # An encoded "/" is in no name rackscale serves. Decoded, it is a "/" of the path: the router would
+            # match another route, or redirect a trailing one to one (DELETE /v1/jobs/%2F answered 405 from
+            # POST /v1/jobs).
+            refusal = 404, "no such resource: names never hold '/' (the path has an encoded one, %2F)"
         if refusal is not None:
             status, detail = refusal
             await _reply(send, status, detail)
