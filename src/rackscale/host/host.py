@@ -263,7 +263,8 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
 
     def bytes_moved(self, now: float) -> BytesMoved:
         """Bytes per tier so far, including the running jobs' since their last update (no state changes)."""
-        return self.progress.bytes_moved(now, (self.runs[n] for n in self.state.running if n in self.runs))
+        running = self.state.running
+        return self.progress.bytes_moved(now, (self.runs[n] for n in self.progress.movers if n in running))
 
     # ------------------------------------------------------------------ failures of parts
     def stop_hit(self, names: set[str], now: float, *, why: str) -> None:

@@ -12,10 +12,11 @@ rates are what the dashboards and alerts use.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
@@ -25,9 +26,10 @@ from rackscale.host.serving import demand_tokens_per_s, p99_latency_s
 from rackscale.llm.jobs import is_llm, replica_layouts
 from rackscale.model.placement import Placement
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
-from rackscale.model.workload import JobKind, JobSpec
+from rackscale.model.workload import JobSpec
 from rackscale.network.collectives import Layout
 from rackscale.service.live import Change
+from rackscale.service.metrics_text import CachedExposition
 
 if TYPE_CHECKING:
     from rackscale.service.runner import Runner
@@ -78,6 +80,8 @@ class Metrics:
             registry=r,
         )
         self.submissions = Counter("rackscale_jobs_submitted", "Jobs accepted by the API.", ["queue"], registry=r)
+        self._text = CachedExposition()
+        self._formatting = threading.Lock()
 
     def attach(self, runner: Runner) -> None:
         self.registry.register(StateCollector(runner))
@@ -91,7 +95,10 @@ class Metrics:
         self.submissions.labels(queue).inc()
 
     def exposition(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        # generate_latest's bytes, each gauge series' line kept between scrapes (metrics_text.py). Scrapes
+        # come one at a time (the lock): two never share the cache at once.
+        with self._formatting:
+            return self._text.render(self.registry), CONTENT_TYPE_LATEST
 
 
 class StateCollector(Collector):
@@ -248,7 +255,8 @@ def _collect(
         "rackscale_inference_p99_latency_seconds", "Modelled p99 request latency of an inference service.", ["service"]
     )
     total_tps = 0.0
-    services = sorted((name, rj) for name, rj in st.running.items() if rj.spec.kind is JobKind.INFERENCE)
+    # (the host's set of running services, not a walk of every running job: 12,700 at 1,389 racks)
+    services = sorted((name, st.running[name]) for name in live.serving_jobs if name in st.running)
     for gone in capacities.keys() - {name for name, _ in services}:
         del capacities[gone]
     for name, rj in services:
