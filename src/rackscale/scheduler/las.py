@@ -210,10 +210,14 @@ class LasVictims(CheapestVictims):
         self._latest_ctx: CycleContext | None = None
         self._latest_by_prio: dict[int, int] = {}
 
-    def _fitness(self, rj: RunningJob, now: float, attained: Mapping[str, AttainedService]) -> int:
+    def _at(self, now: float) -> None:
+        """The per-instant memo holds ``now``'s answers (cleared at a new instant)."""
         if now != self._fit_at:
             self._fit.clear()
             self._fit_at = now
+
+    def _fitness(self, rj: RunningJob, now: float, attained: Mapping[str, AttainedService]) -> int:
+        self._at(now)
         spec = rj.spec
         got = self._fit.get(spec.name)
         if got is not None and got[0] is rj:
@@ -244,9 +248,7 @@ class LasVictims(CheapestVictims):
         if self._latest_ctx is not ctx:
             latest: dict[int, int] = {}
             fitness, now, attained = self._fitness, ctx.now, ctx.attained
-            if now != self._fit_at:
-                self._fit.clear()
-                self._fit_at = now
+            self._at(now)
             # ``_fitness``'s two memos read inline: this visits every running job (20,000 at 100,000 GPUs),
             # and a call per job would cost as much as the rest of the loop.
             fit, young = self._fit.get, self._not_before.get

@@ -16,11 +16,8 @@ from pydantic_core import to_json
 
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.scheduler.status import Status
-from rackscale.service.phase import JobPhase
 from rackscale.service.store import JobRow
-from rackscale.service.views import merged_slices, say_time
-
-_PENDING = JobPhase.PENDING.value
+from rackscale.service.views import merged_slices, shown_reason
 
 
 def job_list_json(
@@ -32,16 +29,9 @@ def job_list_json(
     next_after: int | None,
 ) -> bytes:
     """``JobList(items=[job_out(cluster, r, why=why(r), now=now) for r in rows], next_after=...)`` as JSON."""
-
-    def say(at: float) -> str:
-        return f"from {say_time(at, now)}"
-
     items = []
     for row in rows:
-        reason, message = row.reason, row.message
-        live = why(row)
-        if live is not None and row.status == _PENDING:
-            reason, message = live.reason.value, live.text(say)
+        reason, message = shown_reason(row, why(row), now)
         items.append(
             {
                 "name": row.name,

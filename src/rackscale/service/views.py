@@ -222,10 +222,7 @@ def job_out(
     """``why``: the live reason of a pending job (else the stored one is shown); its time, if it has one, is
     said as a clock time of the service clock, in UTC, and from ``now`` ("from 14:05 UTC, in 2 h 10 min").
     ``earlier``: the count and latest rows of the name's earlier runs (``Store.earlier_runs``)."""
-    reason, message = row.reason, row.message
-    if why is not None and row.status == JobPhase.PENDING:
-        reason = why.reason.value
-        message = why.text((lambda at: f"from {say_time(at, now)}") if now is not None else None)
+    reason, message = shown_reason(row, why, now)
     return JobOut(
         name=row.name,
         queue=row.queue,
@@ -251,6 +248,14 @@ def job_out(
         if earlier is not None
         else None,
     )
+
+
+def shown_reason(row: JobRow, why: Status | None, now: float | None) -> tuple[str, str]:
+    """A row's reason and message as the API shows them: a pending job's live reason (``why``) when it has
+    one, its time said as a clock time from ``now``; else the stored ones."""
+    if why is None or row.status != JobPhase.PENDING:
+        return row.reason, row.message
+    return why.reason.value, why.text((lambda at: f"from {say_time(at, now)}") if now is not None else None)
 
 
 def clock_time(at: float, now: float) -> str:

@@ -236,6 +236,12 @@ def _expand(
     return out
 
 
+def _cell_count(grid: Mapping[str, Any], cells: list[dict[str, Any]]) -> int:
+    """How many cells ``grid`` x ``cells`` expands to, at most (before repeats are dropped)."""
+    axes = [v for v in grid.values() if isinstance(v, list)]
+    return math.prod(len(v) for v in axes) * max(1, len(cells))
+
+
 def _short(options: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in options.items())[:200]
 
@@ -295,15 +301,13 @@ def parse_sweep(doc: object, *, source: str = "sweep") -> SweepSpec:
     _check_options("spec.grid", sweep.spec.grid, problems, lists=True)
     for i, cell in enumerate(sweep.spec.cells):
         _check_options(f"spec.cells[{i}]", cell, problems)
-    axes = [v for v in sweep.spec.grid.values() if isinstance(v, list)]
-    size = math.prod(len(v) for v in axes) * max(1, len(sweep.spec.cells))
+    size = _cell_count(sweep.spec.grid, sweep.spec.cells)
     if (perf := sweep.spec.perf) is not None:
         _check_options("spec.perf.base", perf.base, problems, perf=True)
         _check_options("spec.perf.grid", perf.grid, problems, lists=True, perf=True)
         for i, cell in enumerate(perf.cells):
             _check_options(f"spec.perf.cells[{i}]", cell, problems, perf=True)
-        perf_axes = [v for v in perf.grid.values() if isinstance(v, list)]
-        size += math.prod(len(v) for v in perf_axes) * max(1, len(perf.cells))
+        size += _cell_count(perf.grid, perf.cells)
     if size > MAX_CELLS:
         problems.append(f"spec.grid: {size:,} cells is more than {MAX_CELLS:,} (fix: split the sweep)")
     if problems:
