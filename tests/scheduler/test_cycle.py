@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rackscale.model import training
-from rackscale.scheduler import Profile, ResourceScheduler
+from rackscale.model import ClusterState, GPUCluster, training
+from rackscale.scheduler import PendingQueue, Profile, ResourceScheduler
 from rackscale.scheduler.cycle import Attempt, JobShape
+from rackscale.scheduler.status import Reason
 
 
 def test_the_actions_run_least_disruptive_first() -> None:
@@ -42,3 +43,42 @@ def test_a_shape_is_immutable_and_named() -> None:
     with pytest.raises(AttributeError):
         shape.fenced = False  # type: ignore[misc]
     assert isinstance(shape, JobShape) and shape.fenced and shape.may_split and shape.may_preempt
+
+
+# Admission remembers, per queued job and across cycles, its static filters' answer and its shapes
+# (admission._JobMemo). What it remembers must follow the job's spec and the cluster, never its name alone.
+#
+#   4-GPU nodes:  r000: n00 [....] n01 [....]      8-GPU nodes:  r000: n00 [........] n01 [........]
+
+
+def _small() -> GPUCluster:
+    return GPUCluster.uniform(racks_per_region=1, nodes_per_rack=2, gpus_per_node=4)
+
+
+def _wide() -> GPUCluster:
+    return GPUCluster.uniform(racks_per_region=1, nodes_per_rack=2, gpus_per_node=8)
+
+
+def test_a_job_queued_again_under_its_name_with_another_spec_is_read_again() -> None:
+    sched, state = ResourceScheduler(), ClusterState(_small())
+    too_wide = training("a", 8, gpus_per_worker=8)  # a worker larger than any node: refused for good
+    first = sched.schedule(state, PendingQueue([too_wide]), 0.0)
+    assert not first.placed and first.pending[0].status.reason == Reason.NODE_TOO_SMALL
+    fits = training("a", 8, gpus_per_worker=4)  # the same name, a spec that fits
+    second = sched.schedule(state, PendingQueue([fits]), 1.0)
+    assert [p.spec.name for p in second.placed] == ["a"]
+
+
+def test_the_static_answers_are_forgotten_on_another_cluster() -> None:
+    sched, job = ResourceScheduler(), training("a", 8, gpus_per_worker=8)
+    queue = PendingQueue([job])  # one queue kept across cycles, as the host keeps it
+    assert not sched.schedule(ClusterState(_small()), queue, 0.0).placed
+    assert [p.spec.name for p in sched.schedule(ClusterState(_wide()), queue, 1.0).placed] == ["a"]
+
+
+def test_the_per_job_memo_stays_near_the_queue_size() -> None:
+    sched, state = ResourceScheduler(), ClusterState(_small())
+    for i in range(6):  # 6 cycles of 600 new jobs each, none of which can run (workers wider than a node)
+        queue = PendingQueue([training(f"j{i}-{k}", 8, gpus_per_worker=8) for k in range(600)])
+        sched.schedule(state, queue, float(i))
+        assert len(sched.admission._job_memo) <= 2 * len(queue) + 1024 + len(queue)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rackscale.model.topology import GPUCluster
 from rackscale.model.view import StateView
 from rackscale.model.workload import JobSpec
-from rackscale.scheduler.cycle import Attempt, Cycle, job_shape
+from rackscale.scheduler.cycle import Attempt, Cycle, JobShape, job_shape
 from rackscale.scheduler.decisions import Reservation
 from rackscale.scheduler.framework import CycleContext, Filter
 from rackscale.scheduler.gang import GangPlacement
@@ -26,7 +26,19 @@ class Admission:
         self._dynamic = [f for f in filters if not f.static]
         self._static_for: GPUCluster | None = None
         self._static_memo: dict[tuple[object, ...], Status | None] = {}
+        # Per queued job, across cycles: the static filters' answer and its shapes (by fenced, may_split),
+        # with the spec they were read from. A backlog's jobs wait through many cycles, and deriving both
+        # was most of the cost of a job that waits (docs/benchmarks.md, "Issue 13: the backlog cycle").
+        self._job_memo: dict[str, _JobMemo] = {}
         self.gang = gang
+
+    def new_cycle(self, *, cluster: GPUCluster, queued: int) -> None:
+        """Forget what was read on another cluster, and now and then the jobs that left the queue (the
+        per-job memo holds at most about twice the queue)."""
+        if cluster is not self._static_for:
+            self._static_for, self._static_memo, self._job_memo = cluster, {}, {}
+        elif len(self._job_memo) > 2 * queued + 1024:
+            self._job_memo.clear()
 
     def stop_status(self, cycle: Cycle, job: JobSpec) -> Status | None:
         """Why the cycle may stop before ``job`` (the next in queue order), or None to go on."""
@@ -41,7 +53,10 @@ class Admission:
     def admit(self, cycle: Cycle, job: JobSpec) -> Attempt | None:
         """The job's attempt, or None when it waits already (its reason is recorded in ``cycle``)."""
         state, ctx = cycle.state, cycle.ctx
-        status = self._static_status(job, state, ctx)
+        memo = self._job_memo.get(job.name)
+        if memo is None or memo.job is not job:
+            memo = self._job_memo[job.name] = _JobMemo(job, self._static_status(job, state, ctx))
+        status = memo.static
         if status is not None:
             cycle.wait(job, status)
             return None
@@ -53,8 +68,8 @@ class Admission:
             exclude = r.racks  # it would delay the reservation's holder: it may only be backfilled
         fenced, may_split = bool(exclude), self.gang.may_split(job, now, state)
         shape = None
-        if cycle.failed:  # (no failure yet: no shape to build)
-            shape = job_shape(job, fenced=fenced, may_split=may_split)
+        if cycle.failed:  # (no failure yet: no shape to look up)
+            shape = memo.shape(fenced, may_split)
             seen = cycle.failed.get(shape)
             if seen is not None and job.required_units >= seen.units and job.name not in state.running:
                 cycle.wait(job, seen.status)
@@ -67,9 +82,8 @@ class Admission:
         return attempt
 
     def _static_status(self, job: JobSpec, state: StateView, ctx: CycleContext) -> Status | None:
-        """The static filters' answer, remembered per job shape (they read only the job and the cluster)."""
-        if state.cluster is not self._static_for:
-            self._static_for, self._static_memo = state.cluster, {}
+        """The static filters' answer, remembered per job shape (they read only the job and the cluster,
+        and ``new_cycle`` forgets them for another cluster)."""
         # The static shape spells out the unit's fields (see ``pending.static_shape``): a ``Resources`` key
         # would run its dataclass ``__eq__`` in Python on every hit.
         key = (static_shape(job), job.units, job.min_units)
@@ -77,6 +91,28 @@ class Admission:
             return self._static_memo[key]
         st = self._static_memo[key] = _run(self._static, job, state, ctx)
         return st
+
+
+class _JobMemo:
+    """What admission derives from a queued job alone: the static filters' answer, and its shape for the
+    last (fenced, may_split) it was asked with (one object per waiting job, for the garbage collector to
+    track: no list of four)."""
+
+    __slots__ = ("_asked", "_shape", "job", "static")
+
+    def __init__(self, job: JobSpec, static: Status | None) -> None:
+        self.job = job
+        self.static = static
+        self._asked = -1
+        self._shape: JobShape | None = None
+
+    def shape(self, fenced: bool, may_split: bool) -> JobShape:
+        asked = 2 * fenced + may_split
+        shape = self._shape
+        if shape is None or asked != self._asked:
+            shape = self._shape = job_shape(self.job, fenced=fenced, may_split=may_split)
+            self._asked = asked
+        return shape
 
 
 def _run(filters: list[Filter], job: JobSpec, state: StateView, ctx: CycleContext) -> Status | None:

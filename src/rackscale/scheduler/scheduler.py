@@ -139,6 +139,7 @@ class ResourceScheduler:
         """
         queue = pending if isinstance(pending, PendingQueue) else PendingQueue(pending)
         self.gang.new_cycle()
+        self.admission.new_cycle(cluster=state.cluster, queued=len(queue))
         ctx = CycleContext(now=now, queues=self.queues, models=state.cluster.gpu_models, attained=attained)
         cycle = Cycle(
             tx=Transaction(state),
