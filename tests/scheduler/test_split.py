@@ -15,7 +15,7 @@ from builders import ClusterBuilder
 
 from rackscale.model import CommProfile, JobSpec, training
 from rackscale.scheduler import ResourceScheduler
-from rackscale.scheduler.split import SplitAdvisor
+from rackscale.scheduler.split import SplitAdvisor, _most_free
 
 COMM = CommProfile(bytes_per_step=4e9, compute_s_per_step=0.5)
 
@@ -59,3 +59,24 @@ def test_the_wait_is_read_from_expected_ends() -> None:
     assert adv._wait_for_rack(state, 4, 0.0) == 50.0  # b ends first and frees its rack
     adv.new_cycle()
     assert adv._wait_for_rack(state_with_ends(None, None), 4, 0.0) == math.inf
+
+
+# The walk's starting point, the most free GPUs of any rack, is read from the racks' buckets. Two GPU
+# models, a failed node and racks of every fill:
+#
+#   r000 (A): n00 [xxxx] n01 [x...]     r001 (B): n00 [####] n01 [xx..]     r002 (A): n00 [....] n01 [....]
+@pytest.mark.parametrize(
+    "running",
+    [
+        pytest.param([], id="empty"),
+        pytest.param([("a", 5, 0)], id="one-rack-partly-used"),
+        pytest.param([("a", 5, 0), ("b", 2, 1)], id="a-model-b-rack-with-a-failed-node"),
+        pytest.param([("a", 8, 0), ("b", 2, 1), ("c", 8, 2)], id="every-model-a-rack-full"),
+    ],
+)
+def test_the_most_free_of_any_rack_is_read_from_the_buckets(running: list[tuple[str, int, int]]) -> None:
+    builder = ClusterBuilder().racks(3).gpu_models("A", "B").with_failed_node(1, 0)
+    for name, gpus, rack in running:
+        builder = builder.with_running(name, gpus=gpus, rack=rack)
+    state = builder.build()
+    assert _most_free(state) == max(state.rack_whole)

@@ -75,8 +75,9 @@ class _RackRoom:
     def __init__(self, state: StateView, now: float) -> None:
         self._state = state
         self._now = now
-        self._free = list(state.rack_whole)
-        self._best = max(self._free, default=0)  # the most free GPUs any rack has so far
+        self._free = list(state.rack_whole)  # as the walk releases jobs (a copy in C)
+        # The most free GPUs any rack has so far: from the racks' buckets, not ``max`` over 1,389 racks.
+        self._best = _most_free(state)
         self._when: dict[int, float] = {}  # k > current best at the start -> time it is reached
         self._ends: Iterator[tuple[float, str]] | None = state.ends_in_order()
 
@@ -84,6 +85,7 @@ class _RackRoom:
         if k <= self._best:
             return self._when.get(k, self._now)
         nodes = self._state.cluster.nodes
+        free = self._free
         while self._ends is not None and self._best < k:
             step = next(self._ends, None)
             if step is None:
@@ -95,9 +97,22 @@ class _RackRoom:
                 continue  # preempted since the snapshot was taken
             for a in rj.placement.allocs:
                 r = nodes[a.node].rack
-                self._free[r] += a.whole_gpus
-                if self._free[r] > self._best:
-                    for j in range(self._best + 1, self._free[r] + 1):
+                free[r] += a.whole_gpus
+                if free[r] > self._best:
+                    for j in range(self._best + 1, free[r] + 1):
                         self._when[j] = max(end, self._now)
-                    self._best = self._free[r]
+                    self._best = free[r]
         return self._when.get(k, self._now) if k <= self._best else math.inf
+
+
+def _most_free(state: StateView) -> int:
+    """The most whole free GPUs of any rack (``max(state.rack_whole)``), from the racks' buckets: the top
+    non-empty bucket of each GPU model's index, read from the top down."""
+    best = 0
+    for ix in state.rack_index_all.values():
+        buckets = ix.buckets
+        for c in range(len(buckets) - 1, best, -1):
+            if buckets[c]:
+                best = c
+                break
+    return best
