@@ -130,6 +130,7 @@ def run_one(config: Result, progress: ChildProgress) -> Result:
     """One (scenario, policy) run, in the child process."""
     from rackscale.model import GPUCluster
     from rackscale.sim import SimConfig, Simulator
+    from rackscale.sim.gc_policy import batch_gc
     from rackscale.workloads import SyntheticConfig, load_trace, synthetic_jobs
 
     racks = int(config["racks"])
@@ -173,7 +174,8 @@ def run_one(config: Result, progress: ChildProgress) -> Result:
             progress(done, total)
 
     t1 = time.perf_counter()
-    result = sim.run(on_progress=tick)
+    with batch_gc():
+        result = sim.run(on_progress=tick)
     sim_s = time.perf_counter() - t1
     out: Result = {k: result.kpis[k] for k in KEEP}
     out.update(

@@ -139,6 +139,7 @@ def simulate(
     from dataclasses import replace
 
     from rackscale.scheduler import PROFILES
+    from rackscale.sim.gc_policy import batch_gc
     from rackscale.sim.simulator import Simulator
     from rackscale.sweep.cells import Names, build_run
     from rackscale.sweep.spec import CellOptions, SweepError
@@ -209,7 +210,8 @@ def simulate(
                     last[0] = t
                     bar.update(task, completed=done)
 
-            result = Simulator(cluster, jobs, replace(built.config, policy=p)).run(on_progress=tick)
+            with batch_gc():  # the collector's settings for a batch run: what exists is frozen (gc_policy.py)
+                result = Simulator(cluster, jobs, replace(built.config, policy=p)).run(on_progress=tick)
             results.append(result)
             runs.append({"policy": p, "kpis": result.kpis.as_dict(), "failed_reasons": result.failed_reasons()})
             if schedules:

@@ -243,10 +243,12 @@ def run_cell(options: dict[str, Any], trace: bytes | None = None) -> dict[str, A
         path = materialize(trace, suffix=Path(cell.trace.partition(":")[2]).suffix)
     t0 = time.perf_counter()
     run = build_run(cell, trace_path=path)
+    from rackscale.sim.gc_policy import batch_gc
     from rackscale.sim.simulator import Simulator
 
     t1 = time.perf_counter()
-    result = Simulator(run.cluster, run.jobs, run.config).run()
+    with batch_gc():
+        result = Simulator(run.cluster, run.jobs, run.config).run()
     return {
         "kpis": result.kpis.as_dict(),
         "failed_reasons": result.failed_reasons(),
