@@ -40,6 +40,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 CHECKS = [not_a_server_error, response_schema_conformance, content_type_conformance, status_code_conformance]
 BASIC = [not_a_server_error, content_type_conformance]
+# Derandomized: the same cases every run. A longer exploration (2026-12-05: max_examples=400, random seeds,
+# every pass) found no 5xx and no schema violation; it needs the lone surrogates left out of
+# HOSTILE_FORMAT, since schemathesis' negative mode checks each drawn body with jsonschema_rs, which cannot
+# encode one (UnicodeEncodeError while generating the case: a limit of the harness, not of the service).
 FUZZ = settings(
     max_examples=30,
     deadline=None,
