@@ -161,6 +161,14 @@ def test_add_rejects(small_cluster: GPUCluster, place: PlaceFn, name: str, rate:
     assert dict(mon.load.items()) == snapshot and mon.jobs == ("a",)
 
 
+def test_an_overflowing_rate_inside_one_rack_is_rejected_too(small_cluster: GPUCluster, place: PlaceFn) -> None:
+    # Nodes 0 and 1 are one rack: no inter-rack flow, only NVLink bytes, and those overflow.
+    mon = NetworkMonitor(small_cluster)
+    with pytest.raises(ValueError, match="overflow"):
+        mon.add_job(ring("b", 8), place((0, 4), (1, 4)), steps_per_s=1e300)
+    assert mon.jobs == () and mon.totals().nvlink == 0.0
+
+
 def test_unknown_jobs_raise_key_error(small_cluster: GPUCluster) -> None:
     mon = NetworkMonitor(small_cluster)
     for query in (mon.remove_job, mon.traffic, mon.routes):
