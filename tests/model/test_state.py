@@ -656,3 +656,43 @@ def test_an_allocation_with_a_malformed_slice_changes_nothing() -> None:
         state.allocate(training("x", 1), place("x", whole(3, 0), object()), now=1)  # type: ignore[arg-type]
     assert snapshot(state) == before
     state.check_invariants()
+
+
+# ``inference_version`` moves whenever a running inference job's RunningJob is added, replaced or removed
+# (a reader of the running services relies on it), and only then:
+#   r000: n0 [ss..] n1 [tt..]      s: service "svc" (one replica of 2 GPUs), t: training "t"
+#   r001: n2 [....] n3 [....]
+CHANGES = [
+    pytest.param(lambda s: s.extend("svc", (whole(2, 0, 1),), 1), True, id="service-scales-up"),
+    pytest.param(lambda s: s.note_checkpoint("svc", 5.0), True, id="service-checkpoint-noted"),
+    pytest.param(lambda s: s.release("svc"), True, id="service-stops"),
+    pytest.param(
+        lambda s: s.allocate(inference("svc2", 1, gpus_per_replica=2), place("svc2", whole(3, 0, 1)), now=1.0),
+        True,
+        id="another-service-starts",
+    ),
+    pytest.param(lambda s: s.release("t"), False, id="training-stops"),
+    pytest.param(lambda s: s.note_checkpoint("t", 5.0), False, id="training-checkpoint-noted"),
+    pytest.param(
+        lambda s: s.allocate(training("t2", 2), place("t2", whole(3, 0, 1)), now=1.0), False, id="training-starts"
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "moves"), CHANGES)
+def test_the_inference_version_moves_with_the_services_only(change, moves: bool) -> None:  # type: ignore[no-untyped-def]
+    state = make_state()
+    state.allocate(inference("svc", 2, gpus_per_replica=2, min_replicas=1), place("svc", whole(0, 0, 1)), now=0.0)
+    state.allocate(training("t", 2), place("t", whole(1, 0, 1)), now=0.0)
+    before = state.inference_version
+    change(state)
+    assert (state.inference_version != before) is moves
+
+
+def test_a_rolled_back_scale_up_moves_it_too() -> None:
+    state = make_state()
+    state.allocate(inference("svc", 2, gpus_per_replica=2, min_replicas=1), place("svc", whole(0, 0, 1)), now=0.0)
+    before, tx = state.inference_version, Transaction(state)
+    tx.extend("svc", (whole(2, 0, 1),), 1)
+    tx.rollback()  # the same placement again, in a new RunningJob: a reader must look again
+    assert state.inference_version > before

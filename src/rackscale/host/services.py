@@ -117,6 +117,7 @@ class ServicesMixin:
     _live_scaling: _LiveScaling  # created on first use (the live autoscaler's memory)
     _serve_version: int  # bumped whenever a service's capacity may have changed (``_rescale``)
     _serve_cache: ServeTable  # the running services' constants for ``_serve`` (``serve_table``)
+    _serve_checked_at: int  # the state's ``inference_version`` when the table was last found fresh
     _serve_memory: _ServeMemory  # what the next table is built from, besides the host's state
     _serve_batch: ServeBatch  # a batching host's instants still owed to the KPIs (``flush_serving``)
 
@@ -302,6 +303,17 @@ class ServicesMixin:
         version = getattr(self, "_serve_version", 0)
         running = self.state.running
         table: ServeTable | None = getattr(self, "_serve_cache", None)
+        # No inference job's RunningJob changed since the table was last found fresh (or built): it still is,
+        # with no walk over the services (an O(1) answer at nearly every instant; ``fresh`` walks them).
+        seen = self.state.inference_version
+        if (
+            table is not None
+            and seen == getattr(self, "_serve_checked_at", -1)
+            and version == table.version
+            and len(self.serving_jobs) == len(table.names)
+        ):
+            return table
+        self._serve_checked_at = seen
         if table is None or not table.fresh(version, len(self.serving_jobs), running):
             mem = self._serve_state()
             inputs = Inputs(

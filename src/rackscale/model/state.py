@@ -28,7 +28,9 @@ from rackscale.model.running import RunningJob, Usage
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.transaction import Checkpoint, CheckpointError, Transaction
 from rackscale.model.view import BucketView, StateView, UsageView
-from rackscale.model.workload import JobSpec
+from rackscale.model.workload import JobKind, JobSpec
+
+_INFERENCE = JobKind.INFERENCE
 
 
 class _NodeIndexes(NamedTuple):
@@ -49,6 +51,10 @@ class ClusterState(CapacityState):
     def __init__(self, cluster: GPUCluster) -> None:
         super().__init__(cluster)
         self.running: dict[str, RunningJob] = {}
+        # Moves whenever an inference job's RunningJob is added, replaced or removed: what a reader derived
+        # from the running services (the simulator's serving table, read at every instant) is still valid
+        # while it stays the same, which a walk over the services would otherwise have to show.
+        self.inference_version = 0
         self.rack_jobs: list[set[str]] = [set() for _ in cluster.racks]
         self.node_jobs: list[set[str]] = [set() for _ in cluster.nodes]
         self.queue_usage: dict[str, Usage] = {}
@@ -109,6 +115,8 @@ class ClusterState(CapacityState):
         # to match for every placement a cycle tries
         rj = RunningJob(spec, placement, now, expected_end, now if checkpointed_at is None else checkpointed_at, racks)
         self.running[name] = rj
+        if spec.kind is _INFERENCE:
+            self.inference_version += 1
         rack_jobs, node_jobs = self.rack_jobs, self.node_jobs
         for r in racks:
             rack_jobs[r].add(name)
@@ -138,6 +146,8 @@ class ClusterState(CapacityState):
     def release(self, name: str) -> RunningJob:
         """Free everything job ``name`` holds. Raises ``KeyError`` if it holds nothing."""
         rj = self.running.pop(name)
+        if rj.spec.kind is _INFERENCE:
+            self.inference_version += 1
         node_jobs, rack_jobs = self.node_jobs, self.rack_jobs
         gpu_milli = cpu_milli = memory_mib = 0
         for a in rj.placement.allocs:
@@ -213,10 +223,14 @@ class ClusterState(CapacityState):
         # costs as much again (it collects every field by name), and scale-ups call this three times
         new = RunningJob(rj.spec, placement, rj.started_at, rj.expected_end, rj.checkpointed_at, racks)
         self.running[name] = new
+        if rj.spec.kind is _INFERENCE:
+            self.inference_version += 1
         return new
 
     def note_checkpoint(self, name: str, now: float) -> None:
-        self.running[name] = replace(self.running[name], checkpointed_at=now)
+        rj = self.running[name] = replace(self.running[name], checkpointed_at=now)
+        if rj.spec.kind is _INFERENCE:
+            self.inference_version += 1
 
     # ------------------------------------------------------------------ whole-GPU slices, without a recount
     def _take(self, a: NodeAlloc) -> None:
