@@ -397,3 +397,38 @@ def test_any_document_gives_a_value_or_a_spec_error(doc: Any) -> None:
         except SpecError as err:
             assert err.problems and all(p.message for p in err.problems)
             assert "pydantic" not in str(err) and "Traceback" not in str(err)
+
+
+# Equal resources and equal communication profiles are one shared frozen object (fewer objects per queued
+# job for the garbage collector); different values never are, and the sharing is bounded.
+def test_jobs_that_ask_alike_share_their_resources_and_comm_profile() -> None:
+    a = job_from_dict({"name": "a", "kind": "training", "gpus": 8, "cpu": 2})
+    b = job_from_dict({"name": "b", "kind": "training", "gpus": 8, "cpu": 2})
+    assert a.unit is b.unit and a.comm is b.comm
+    other = job_from_dict({"name": "c", "kind": "training", "gpus": 8, "cpu": 3})
+    assert other.unit is not a.unit and other.unit.cpu_milli == 3000 and a.unit.cpu_milli == 2000
+
+
+@pytest.mark.parametrize(
+    ("comm", "want"),
+    [
+        pytest.param({"bytesPerStep": 1e9}, (1e9, 1.0, "ring"), id="bytes"),
+        pytest.param({"bytesPerStep": 1e9, "collective": "hierarchical"}, (1e9, 1.0, "hierarchical"), id="collective"),
+        pytest.param({"computeSecondsPerStep": 0.25}, (0.0, 0.25, "ring"), id="compute"),
+    ],
+)
+def test_a_shared_comm_profile_keeps_each_jobs_own_values(comm: dict[str, Any], want: tuple[Any, ...]) -> None:
+    base = job_from_dict({"name": "base", "kind": "training", "gpus": 8})
+    job = job_from_dict({"name": "j", "kind": "training", "gpus": 8, "comm": comm})
+    got = (job.comm.bytes_per_step, job.comm.compute_s_per_step, job.comm.collective)
+    assert got == want and job.comm is not base.comm
+
+
+def test_a_flood_of_distinct_values_leaves_the_sharing_bounded() -> None:
+    from rackscale.model import specs
+
+    for i in range(3_000):  # a hostile client's distinct memory sizes: each its own Resources
+        job = job_from_dict({"name": f"m{i}", "kind": "training", "gpus": 1, "memory": 1 + i})
+        assert job.unit.memory_mib == 1 + i
+    info = specs._shared_resources.cache_info()
+    assert info.maxsize is not None and info.currsize <= info.maxsize < 3_000

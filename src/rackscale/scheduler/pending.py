@@ -37,9 +37,10 @@ _INFERENCE = JobKind.INFERENCE
 
 
 def static_shape(job: JobSpec) -> StaticShape:
-    """The unit's fields are spelled out rather than the ``Resources`` itself: every job has its own
-    ``Resources`` object, and comparing two of them runs the dataclass's ``__eq__`` in Python, once per
-    lookup of a shape (the fields compare in C). Equal exactly when the ``Resources`` are equal."""
+    """The unit's fields are spelled out rather than the ``Resources`` itself: jobs built by a workload
+    generator or a trace have a ``Resources`` object each (only specs parsed from documents share equal
+    ones), and comparing two of them runs the dataclass's ``__eq__`` in Python, once per lookup of a shape
+    (the fields compare in C). Equal exactly when the ``Resources`` are equal."""
     u = job.unit
     t = job.topology
     return (
