@@ -106,13 +106,11 @@ class _RackRoom:
 
 
 def _most_free(state: StateView) -> int:
-    """The most whole free GPUs of any rack (``max(state.rack_whole)``), from the racks' buckets: the top
-    non-empty bucket of each GPU model's index, read from the top down."""
+    """The most whole free GPUs of any rack (``max(state.rack_whole)``), from the racks' buckets: the first
+    rack each GPU model's index gives, most free first, above the best so far."""
     best = 0
     for ix in state.rack_index_all.values():
-        buckets = ix.buckets
-        for c in range(len(buckets) - 1, best, -1):
-            if buckets[c]:
-                best = c
-                break
+        top = next(ix.descending(best + 1), None)
+        if top is not None:
+            best = state.rack_whole[top]
     return best
