@@ -333,8 +333,8 @@ def test_the_decisions_carry_the_las_reason() -> None:
 
 
 def _world(rng: random.Random) -> tuple[ClusterState, list[JobSpec], dict[str, AttainedService], float]:
-    """1-2 racks of 2 nodes x 4 GPUs, filled with equal-priority training jobs of random ages and services,
-    and a few waiting jobs of the same priority, some with service of their own."""
+    """1-2 racks of 2 nodes x 4 GPUs, filled with equal-priority training jobs of random ages, services and
+    checkpoints, and a few waiting jobs of the same priority, some with service of their own."""
     racks = rng.randint(1, 2)
     b = ClusterBuilder().racks(racks)
     now = rng.uniform(600.0, 20_000.0)
@@ -347,8 +347,13 @@ def _world(rng: random.Random) -> tuple[ClusterState, list[JobSpec], dict[str, A
                 k = rng.choice([k for k in (1, 2, 4) if k <= left])
                 name = f"r{n}"
                 n += 1
-                spec = training(name, k, checkpoint_interval_s=1800.0, checkpoint_on_preempt=rng.random() < 0.5)
-                b.with_running(name, spec=spec, on={(r, node): k}, started_at=rng.uniform(0.0, now))
+                # Some runs save every 30 min; some never do (no interval), and of those some saved once
+                # since their start: a run that never saved may never be a victim of equal priority.
+                interval = 1800.0 if rng.random() < 0.6 else None
+                spec = training(name, k, checkpoint_interval_s=interval, checkpoint_on_preempt=rng.random() < 0.5)
+                started = rng.uniform(0.0, now)
+                saved = rng.uniform(started, now) if interval is None and rng.random() < 0.5 else None
+                b.with_running(name, spec=spec, on={(r, node): k}, started_at=started, checkpointed_at=saved)
                 if rng.random() < 0.5:
                     attained[name] = svc(rng.uniform(0, 30_000), run_s=rng.uniform(1, 5000), stopped_at=0.0)
                 left -= k

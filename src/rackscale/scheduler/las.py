@@ -202,9 +202,9 @@ class LasVictims(CheapestVictims):
         # racks: docs/benchmarks.md, "Service at cluster scale").
         self._fit_at: float | None = None
         self._fit: dict[str, tuple[RunningJob, int]] = {}
-        # Per run, across instants: the time before which it cannot be such a victim (inf: never, as
-        # inference or a job that may not be preempted), read from that run alone. A cycle at a new instant
-        # then skips the young runs (at cluster scale most of them) without deriving anything else.
+        # Per run, across instants: the time before which it cannot be such a victim, read from that run
+        # alone (``_not_before_of``). A cycle at a new instant then skips the young runs and those that can
+        # never be one (at cluster scale most of them) without deriving anything else.
         self._not_before: dict[str, tuple[RunningJob, float]] = {}
         # Per cycle: per priority, the latest of those queues among the running jobs (see _latest).
         self._latest_ctx: CycleContext | None = None
@@ -225,12 +225,10 @@ class LasVictims(CheapestVictims):
         cfg, svc = self.config, attained.get(spec.name)
         young = self._not_before.get(spec.name)
         if young is None or young[0] is not rj:
-            # (``attained`` holds the job's earlier runs: it does not change while this one runs.)
-            fit = spec.preemptible and spec.kind is not JobKind.INFERENCE
-            young = self._not_before[spec.name] = (rj, rj.started_at + cfg.min_run(svc) if fit else math.inf)
+            young = self._not_before[spec.name] = (rj, self._not_before_of(rj, svc))
         level = -1
         if (
-            now >= young[1]  # preemptible, not inference, and has run its minimum
+            now >= young[1]  # preemptible, not inference, has run its minimum, and may have saved
             # It saved since its (re)start (or saves on the stop signal): a run is never lost whole.
             and (spec.checkpoint_on_preempt or last_checkpoint(rj, now) > rj.started_at)
             and lost_on_preempt(rj, now) <= cfg.max_lost_share * cfg.service(svc, now, rj)[0]
@@ -238,6 +236,21 @@ class LasVictims(CheapestVictims):
             level = cfg.level(svc, now, rj)
         self._fit[spec.name] = (rj, level)
         return level
+
+    def _not_before_of(self, rj: RunningJob, svc: AttainedService | None) -> float:
+        """When the run may first be an equal-priority victim: once it has run its minimum. Never (inf) when
+        it is inference or may not be preempted, or when it can never have saved since its start (no
+        checkpoint interval, none noted after its start, no save on the stop signal): ``_fitness``'s
+        checkpoint test fails at every instant then, and a checkpoint the host notes makes a new
+        ``RunningJob``, read again. (``attained`` holds the job's earlier runs: it does not change while
+        this one runs.)"""
+        spec = rj.spec
+        if not spec.preemptible or spec.kind is JobKind.INFERENCE:
+            return math.inf
+        saved = rj.checkpointed_at is not None and rj.checkpointed_at > rj.started_at
+        if not (spec.checkpoint_on_preempt or spec.checkpoint_interval_s or saved):
+            return math.inf
+        return rj.started_at + self.config.min_run(svc)
 
     def _latest(self, state: StateView, ctx: CycleContext) -> dict[int, int]:
         """Per priority, the latest LAS queue of a running job fit to be an equal-priority victim (absent:
@@ -250,15 +263,15 @@ class LasVictims(CheapestVictims):
             fitness, now, attained = self._fitness, ctx.now, ctx.attained
             self._at(now)
             # ``_fitness``'s two memos read inline: this visits every running job (20,000 at 100,000 GPUs),
-            # and a call per job would cost as much as the rest of the loop.
+            # and a call per job would cost as much as the rest of the loop. The runs that cannot be victims
+            # yet (or ever) first: at cluster scale most are, at every instant.
             fit, young = self._fit.get, self._not_before.get
             for name, rj in state.running.items():
+                y = young(name)
+                if y is not None and y[0] is rj and now < y[1]:
+                    continue
                 got = fit(name)
-                if got is not None and got[0] is rj:
-                    level = got[1]
-                else:
-                    y = young(name)
-                    level = -1 if y is not None and y[0] is rj and now < y[1] else fitness(rj, now, attained)
+                level = got[1] if got is not None and got[0] is rj else fitness(rj, now, attained)
                 if level >= 0 and level > latest.get(rj.spec.priority, -1):
                     latest[rj.spec.priority] = level
             self._latest_ctx, self._latest_by_prio = ctx, latest
