@@ -324,6 +324,20 @@ def test_the_reason_says_how_much_more_gpu_time_the_victim_had_and_names_no_job(
     assert lower == "priority 5 > 0", "a lower-priority victim is told as before"
 
 
+def test_a_full_cluster_with_no_lower_priority_still_examines_who_may_preempt_an_equal() -> None:
+    """The cycle stops early once nothing fits and no lower priority runs (the rest would only wait), but
+    not while a victim of equal priority may be taken: here the head of the queue may not preempt, and the
+    job behind it takes ``old`` (queue 3). Before, the cycle stopped after the head: "cluster full"."""
+    shy = training("shy", 4, submit_time=0.0, preemption_policy=PreemptionPolicy.NEVER)
+    new = training("new", 4, submit_time=10.0)
+    d = schedule(full(**CKPT).build(), [shy, new], now=3700.0)
+    assert [p.victim for p in d.preemptions] == ["old"] and [p.spec.name for p in d.placed] == ["new"]
+    assert d.not_examined == 0
+    # No victim of equal priority fit (old saved nothing since its start): the cycle stops after the head.
+    d = schedule(full().build(), [shy, new], now=3700.0)
+    assert not d.preemptions and d.not_examined == 1
+
+
 def test_the_decisions_carry_the_las_reason() -> None:
     d = schedule(full(**CKPT).build(), [NEW], now=3700.0)
     assert "more GPU time" in d.preemptions[0].reason

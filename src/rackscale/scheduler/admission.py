@@ -12,7 +12,7 @@ from rackscale.model.view import StateView
 from rackscale.model.workload import JobSpec
 from rackscale.scheduler.cycle import Attempt, Cycle, JobShape, job_shape
 from rackscale.scheduler.decisions import Reservation
-from rackscale.scheduler.framework import CycleContext, Filter
+from rackscale.scheduler.framework import CycleContext, Filter, VictimChooser
 from rackscale.scheduler.gang import GangPlacement
 from rackscale.scheduler.pending import static_shape
 from rackscale.scheduler.status import Status
@@ -20,8 +20,9 @@ from rackscale.scheduler.waiting import CLUSTER_FULL, SAME_SHAPE_FAILED
 
 
 class Admission:
-    def __init__(self, *, filters: list[Filter], gang: GangPlacement) -> None:
+    def __init__(self, *, filters: list[Filter], gang: GangPlacement, victims: VictimChooser | None = None) -> None:
         self.filters = filters
+        self.victims = victims  # the profile's victim chooser (None: no preemption)
         self._static = [f for f in filters if f.static]
         self._dynamic = [f for f in filters if not f.static]
         self._static_for: GPUCluster | None = None
@@ -46,8 +47,11 @@ class Admission:
             return SAME_SHAPE_FAILED  # every queued shape has failed at its smallest size: nothing else can fit
         if cycle.examined and cycle.min_demand and _no_room_left(cycle.state, cycle.min_demand, job.priority):
             # No remaining job fits and nobody can be preempted: the rest would fail too. (The head of
-            # the queue is always examined, so it always gets a detailed reason.)
-            return CLUSTER_FULL
+            # the queue is always examined, so it always gets a detailed reason.) With a chooser that takes
+            # victims of the waiting job's own priority (``las-victims``), only if it says none could be one.
+            victims = self.victims
+            if victims is None or not victims.may_take_equal(job.priority, cycle.state, cycle.ctx):
+                return CLUSTER_FULL
         return None
 
     def admit(self, cycle: Cycle, job: JobSpec) -> Attempt | None:

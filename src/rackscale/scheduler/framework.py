@@ -131,6 +131,11 @@ class VictimChooser(Protocol):
         be another tenant's)."""
         ...
 
+    def may_take_equal(self, priority: int, state: StateView, ctx: CycleContext) -> bool:
+        """Could a waiting job of ``priority`` have a victim of its own priority in this cycle? False must
+        be sure: the cycle stops early on it when no lower priority runs (``admission.stop_status``)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Profile:

@@ -254,8 +254,8 @@ class LasVictims(CheapestVictims):
 
     def _latest(self, state: StateView, ctx: CycleContext) -> dict[int, int]:
         """Per priority, the latest LAS queue of a running job fit to be an equal-priority victim (absent:
-        none). Read at the cycle's first search: a cycle only takes running jobs away (its victims) and adds
-        its own placements, which are protected, so it bounds every later search of the cycle; when the
+        none). Read once per cycle, at its first use: a cycle only takes running jobs away (its victims) and
+        adds its own placements, which are protected, so it bounds every later search of the cycle; when the
         waiting job's own queue is that late or later, no running job of its priority can be its victim and
         the search is skipped (at 1,389 racks with young runs, every search: docs/benchmarks.md)."""
         if self._latest_ctx is not ctx:
@@ -279,6 +279,11 @@ class LasVictims(CheapestVictims):
                 running = state.running
                 self._not_before = {n: y for n, y in self._not_before.items() if running.get(n) is y[0]}
         return self._latest_by_prio
+
+    def may_take_equal(self, priority: int, state: StateView, ctx: CycleContext) -> bool:
+        """Only if a running job of ``priority`` fit to be a victim is past the first LAS queue: a waiting job
+        is in the first queue or later, and its victim must be in a strictly later one (``eligible``)."""
+        return state.has_preemptible_below(priority + 1) and self._latest(state, ctx).get(priority, -1) > 0
 
     def eligible(
         self, job: JobSpec, state: StateView, ctx: CycleContext, *, protected: frozenset[str]

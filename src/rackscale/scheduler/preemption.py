@@ -149,6 +149,9 @@ class CheapestVictims:
         be another tenant's)."""
         return f"priority {job.priority} > {victim.spec.priority}"
 
+    def may_take_equal(self, priority: int, state: StateView, ctx: CycleContext) -> bool:
+        return False  # lower priorities only
+
     def _clear_racks(
         self,
         state: StateView,

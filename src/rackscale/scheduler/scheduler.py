@@ -105,7 +105,7 @@ class ResourceScheduler:
         self.victims = VICTIM_CHOOSERS[profile.victims]() if profile.victims else None
         self.queues: dict[str, QueueConfig] = dict(queues or {})
         self.gang = GangPlacement(placer=self.placer, profile=profile, queues=self.queues)
-        self.admission = Admission(filters=self.filters, gang=self.gang)
+        self.admission = Admission(filters=self.filters, gang=self.gang, victims=self.victims)
         # KAI-Scheduler's actions, least disruptive first (its consolidation comes last here: consolidate.py).
         actions: list[Action] = [Allocate(self.gang), Backfill(self.gang)]
         if profile.opportunistic_backfill:
