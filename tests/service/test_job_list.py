@@ -9,17 +9,20 @@ The cluster: one rack of two 4-GPU nodes::
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rackscale.host.changes import Change, ChangeKind
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.topology import GPUCluster
 from rackscale.scheduler.status import Code, Reason, Status
-from rackscale.service.job_list import job_list_json
+from rackscale.service.job_list import job_list_json, job_page_json
 from rackscale.service.phase import ACTIVE, JobPhase
-from rackscale.service.store import JobRow
+from rackscale.service.store import JobRow, Store
 from rackscale.service.views import JobList, job_out
 
 CLUSTER = GPUCluster.uniform(regions=1, racks_per_region=1, nodes_per_rack=2, gpus_per_node=4)
@@ -137,3 +140,99 @@ def test_a_page_of_every_kind_reads_as_its_joblist() -> None:
     assert page["nextAfter"] == 8 and len(page["items"]) == len(CASES)
     # The live reason's time is said as a clock time, as the single job's view says it.
     assert page["items"][0]["message"] == "holds racks r0 for a gang expected to start from 04:00 UTC, in 2 h"
+
+
+# ---------------------------------------------------------------------------------------------- from a store
+def _store_of_every_kind(path: Path) -> Store:
+    """A real store holding each kind of row a page meets, sound and corrupt: pending, running over two nodes
+    and on shares of GPUs, ended with an exit code, a spec with nesting, big numbers and non-ASCII text, and
+    rows whose spec is broken JSON, a JSON array, nested past what a reply can carry (json.loads reads it), or
+    whose placement does not decode."""
+    s = Store(f"sqlite:///{path}")
+    docs: dict[str, dict[str, Any]] = {
+        "p-reserved": {},
+        "p-full": {},
+        "p-quiet": {},
+        "r-two-nodes": {},
+        "r-shares": {},
+        "ended": {},
+        "rich": {"labels": {"team": "équipe", "n": 2**70}, "args": [1.5e-7, None, True, ["x"]]},
+        "bad-doc": {},
+        "array-doc": {},
+        "deep-doc": {},
+        "bad-placement": {},
+    }
+    for i, (name, extra) in enumerate(docs.items()):
+        doc = {"name": name, "kind": "training", "gpus": 4} | extra
+        s.insert_job_later(
+            name=name, queue="team-a", kind="training", gpus=4, priority=0, doc=doc, submitted=NOW - 3600 + i
+        ).result()
+
+    def placed(name: str, *allocs: NodeAlloc, at: float) -> Change:
+        return Change(name, ChangeKind.SCHEDULED, at, "Scheduled", "placed", Placement(name, allocs, len(allocs)))
+
+    s.apply(
+        [
+            placed("r-two-nodes", WHOLE, TWO_MORE, at=NOW - 60),
+            placed("r-shares", *SHARES, at=NOW - 60),
+            placed("ended", WHOLE, at=NOW - 9),
+            placed("bad-placement", WHOLE, at=NOW - 9),
+        ]
+    )
+    s.apply([Change("ended", ChangeKind.FAILED, float(int(NOW)), "Failed", "exit 3", exit_code=3)])
+    s.close()
+    con = sqlite3.connect(path)
+    con.execute("""UPDATE jobs SET doc = '{"name": "bad-doc", ' WHERE name = 'bad-doc'""")
+    con.execute("UPDATE jobs SET doc = '[1, 2]' WHERE name = 'array-doc'")
+    con.execute("UPDATE jobs SET doc = ? WHERE name = 'deep-doc'", ('{"a": ' + "[" * 300 + "]" * 300 + "}",))
+    con.execute("UPDATE jobs SET placement = '[[' WHERE name = 'bad-placement'")
+    con.commit()
+    con.close()
+    return Store(f"sqlite:///{path}")
+
+
+def _page_both_ways(s: Store, whys: dict[str, Status], *, limit: int) -> tuple[bytes, bytes]:
+    def why(r: JobRow) -> Status | None:
+        return whys.get(r.name) if r.status in ACTIVE else None
+
+    rows = s.jobs(limit=limit)
+    want = job_list_json(CLUSTER, rows, why=why, now=NOW, next_after=rows[-1].seq)
+    got_rows, strict = s.job_tuples(limit=limit)
+    got = job_page_json(
+        CLUSTER,
+        got_rows,
+        strict=strict,
+        why=lambda name, status: whys.get(name) if status in ACTIVE else None,
+        now=NOW,
+        next_after=got_rows[-1][0],
+    )
+    return got, want
+
+
+def test_a_page_read_as_tuples_is_the_page_read_as_rows(tmp_path: Path) -> None:
+    """``GET /v1/jobs``' page from ``Store.job_tuples`` (no JobRow made of a sound row) is byte for byte the
+    page made of ``Store.jobs``' rows, corrupt records included; then again once a text that is not UTF-8
+    makes the whole page read leniently."""
+    s = _store_of_every_kind(tmp_path / "s.db")
+    whys = {"p-reserved": RESERVED, "p-full": FULL, "r-two-nodes": FULL}
+    try:
+        got, want = _page_both_ways(s, whys, limit=100)
+        assert got == want
+        items = {i["name"]: i for i in json.loads(got)["items"]}
+        assert len(items) == 11 and items["p-full"]["message"] == FULL.message
+        assert items["rich"]["spec"]["labels"] == {"team": "équipe", "n": 2**70}
+        for bad in ("bad-doc", "array-doc", "deep-doc", "bad-placement"):
+            assert items[bad]["message"].startswith("the stored record is corrupt"), items[bad]
+        assert items["r-shares"]["placement"]["gpus"] == 1.0 and items["ended"]["exitCode"] == 3
+        assert _page_both_ways(s, whys, limit=4)[0] == _page_both_ways(s, whys, limit=4)[1]  # (nextAfter)
+
+        con = sqlite3.connect(tmp_path / "s.db")
+        con.execute("UPDATE jobs SET message = CAST(X'646f6e65ff' AS TEXT) WHERE name = 'ended'")
+        con.commit()
+        con.close()
+        assert s.job_tuples(limit=100)[1] is False  # the page reads leniently now
+        got, want = _page_both_ways(s, whys, limit=100)
+        assert got == want
+        assert json.loads(got)["items"][5]["message"] == "the stored record is corrupt: message not valid UTF-8"
+    finally:
+        s.close()

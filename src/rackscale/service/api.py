@@ -30,7 +30,7 @@ from rackscale.service.auth import Principal
 from rackscale.service.context import DEFAULT_MAX_BODY, HttpProblem, ServiceContext, authenticate
 from rackscale.service.front import ServiceApp, SubmitRoute, problem_response, read_body
 from rackscale.service.guard import RequestGuard
-from rackscale.service.job_list import job_list_json
+from rackscale.service.job_list import job_page_json
 from rackscale.service.nodes_api import mount_nodes
 from rackscale.service.phase import ACTIVE, STATUSES
 from rackscale.service.schedules_api import mount_schedules
@@ -123,8 +123,11 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         return row
 
     def live_why(row: JobRow) -> Status | None:
+        return live_why_of(row.name, row.status)
+
+    def live_why_of(name: str, status: str) -> Status | None:
         # Only the active run (the latest) has a live reason: an earlier run of the name keeps its own.
-        return ctx.runner.live.why.get(row.name) if row.status in ACTIVE else None  # today's model (HA: rebuilt)
+        return ctx.runner.live.why.get(name) if status in ACTIVE else None  # today's model (HA: rebuilt)
 
     def job_view(row: Any, now: float, earlier: tuple[int, list[Any]] | None = None) -> JobOut:
         return job_out(cluster, row, why=live_why(row), now=now, earlier=earlier)
@@ -283,12 +286,17 @@ def create_app(ctx: ServiceContext) -> FastAPI:
             queues = [queue] if queues is None or queue in queues else []
 
         def page() -> Response:
-            rows = ctx.store.jobs(queues=queues, status=statuses, kind=kind, after=after, limit=limit)
+            rows, strict = ctx.store.job_tuples(queues=queues, status=statuses, kind=kind, after=after, limit=limit)
             now = ctx.runner.clock.now()
-            # JobList's JSON from plain values (job_list.py): neither FastAPI nor a JobOut per row validates
-            # the 500 views first, to the same bytes.
-            body = job_list_json(
-                cluster, rows, why=live_why, now=now, next_after=rows[-1].seq if len(rows) == limit else None
+            # JobList's JSON from the stored values (job_list.py): neither FastAPI nor a JobOut per row
+            # validates the 500 views first, nor is a JobRow made of a sound row, to the same bytes.
+            body = job_page_json(
+                cluster,
+                rows,
+                strict=strict,
+                why=live_why_of,
+                now=now,
+                next_after=rows[-1][0] if len(rows) == limit else None,  # (a tuple's first column: seq)
             )
             return Response(body, media_type="application/json")
 

@@ -253,8 +253,13 @@ def job_out(
 def shown_reason(row: JobRow, why: Status | None, now: float | None) -> tuple[str, str]:
     """A row's reason and message as the API shows them: a pending job's live reason (``why``) when it has
     one, its time said as a clock time from ``now``; else the stored ones."""
-    if why is None or row.status != JobPhase.PENDING:
-        return row.reason, row.message
+    return shown_reason_of(row.status, row.reason, row.message, why, now)
+
+
+def shown_reason_of(status: str, reason: str, message: str, why: Status | None, now: float | None) -> tuple[str, str]:
+    """:func:`shown_reason` of a row's stored status, reason and message."""
+    if why is None or status != JobPhase.PENDING:
+        return reason, message
     return why.reason.value, why.text((lambda at: f"from {say_time(at, now)}") if now is not None else None)
 
 

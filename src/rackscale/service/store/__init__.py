@@ -26,8 +26,8 @@ from rackscale.service.phase import ACTIVE, STATUSES, JobPhase
 from rackscale.service.store.core import Store
 from rackscale.service.store.faults import BrokenStore, DuplicateJob, RejectedJob, StoreUnavailable, unavailable
 from rackscale.service.store.files import check_store_file, sqlite_file_problem, sqlite_path, store_location
-from rackscale.service.store.rows import EventRow, JobRow, decode_placement, encode_placement
-from rackscale.service.store.schema import events, jobs, meta, metadata
+from rackscale.service.store.rows import EventRow, JobRow, decode_placement, encode_placement, job_row, stored_doc
+from rackscale.service.store.schema import JOB_COLUMNS, events, jobs, meta, metadata
 from rackscale.service.store.writer import GATHER_S, MAX_GROUP
 
 # The phases under the names they had as plain strings, for the callers that import them from here.
@@ -40,6 +40,7 @@ __all__ = [
     "COMPLETED",
     "FAILED",
     "GATHER_S",
+    "JOB_COLUMNS",
     "MAX_GROUP",
     "PENDING",
     "RUNNING",
@@ -56,11 +57,13 @@ __all__ = [
     "decode_placement",
     "encode_placement",
     "events",
+    "job_row",
     "jobs",
     "meta",
     "metadata",
     "sqlite_file_problem",
     "sqlite_path",
     "store_location",
+    "stored_doc",
     "unavailable",
 ]

@@ -3,7 +3,7 @@ they never wait for the writer), and read a damaged record leniently (see :meth:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import and_, func, select
@@ -50,14 +50,15 @@ class StoreReads:
         """The rows of ``q`` (as mappings); see :meth:`_fetch_marked`."""
         return self._fetch_marked(q)[0]
 
-    def _fetch_marked(self, q: Any) -> tuple[list[Any], bool]:
-        """The rows of ``q`` (as mappings), and whether every text was decoded strictly. SQLite keeps
-        whatever bytes it is given as text; one value that is not UTF-8 would fail the whole query: then the
-        query runs again, decoding leniently (the rows' readers mark such a row corrupt). A strict decode
-        (and PostgreSQL, which stores no invalid text) leaves the readers nothing to repair."""
+    def _fetch_marked(self, q: Any, *, tuples: bool = False) -> tuple[list[Any], bool]:
+        """The rows of ``q`` (as mappings, or as tuples in the query's column order), and whether every text
+        was decoded strictly. SQLite keeps whatever bytes it is given as text; one value that is not UTF-8
+        would fail the whole query: then the query runs again, decoding leniently (the rows' readers mark
+        such a row corrupt). A strict decode (and PostgreSQL, which stores no invalid text) leaves the
+        readers nothing to repair."""
         with self.reader.connect() as c:
             try:
-                return list(c.execute(q).mappings()), True
+                return (list(c.execute(q).all()) if tuples else list(c.execute(q).mappings())), True
             except sa_exc.OperationalError as e:
                 if "decode" not in str(e.orig).lower() or self.reader.dialect.name != "sqlite":
                     raise
@@ -65,7 +66,7 @@ class StoreReads:
                 raw: Any = c.connection.dbapi_connection
                 raw.text_factory = lenient_text
                 try:
-                    return list(c.execute(q).mappings()), False
+                    return (list(c.execute(q).all()) if tuples else list(c.execute(q).mappings())), False
                 finally:
                     c.rollback()
                     raw.text_factory = str
@@ -79,15 +80,22 @@ class StoreReads:
         after: int = 0,
         limit: int = 500,
     ) -> list[JobRow]:
-        q = select(jobs).where(jobs.c.seq > after).order_by(jobs.c.seq).limit(limit)
-        if queues is not None:
-            q = q.where(jobs.c.queue.in_(list(queues)))
-        if status is not None:
-            q = q.where(jobs.c.status.in_(list(status)))
-        if kind is not None:
-            q = q.where(jobs.c.kind == kind)
-        got, strict = self._fetch_marked(q)
+        got, strict = self._fetch_marked(_jobs_query(queues, status, kind, after, limit))
         return [job_row(m, decoded=strict) for m in got]
+
+    def job_tuples(
+        self,
+        *,
+        queues: Iterable[str] | None = None,
+        status: Iterable[str] | None = None,
+        kind: str | None = None,
+        after: int = 0,
+        limit: int = 500,
+    ) -> tuple[list[Sequence[Any]], bool]:
+        """:meth:`jobs`' rows as they are stored, each a tuple in ``JOB_COLUMNS`` order, and whether every text
+        was decoded strictly (``job_row(dict(zip(JOB_COLUMNS, t)), decoded=strict)`` is :meth:`jobs`' row).
+        For a list page, which turns a sound row into its JSON without a ``JobRow`` (service/job_list.py)."""
+        return self._fetch_marked(_jobs_query(queues, status, kind, after, limit), tuples=True)
 
     def events(self, name: str, *, limit: int = 200, run: int | None = None) -> list[EventRow]:
         """The events of the latest run of ``name`` (or of its run ``run``), oldest first (the last
@@ -167,3 +175,16 @@ class StoreReads:
                     if other != r.name:
                         problems.append(f"GPU {g} of node {a.node} held by both {other} and {r.name}")
         return problems
+
+
+def _jobs_query(
+    queues: Iterable[str] | None, status: Iterable[str] | None, kind: str | None, after: int, limit: int
+) -> Any:
+    q = select(jobs).where(jobs.c.seq > after).order_by(jobs.c.seq).limit(limit)
+    if queues is not None:
+        q = q.where(jobs.c.queue.in_(list(queues)))
+    if status is not None:
+        q = q.where(jobs.c.status.in_(list(status)))
+    if kind is not None:
+        q = q.where(jobs.c.kind == kind)
+    return q

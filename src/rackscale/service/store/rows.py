@@ -114,7 +114,7 @@ def job_row(m: Any, *, decoded: bool = False) -> JobRow:
         problems.append(f"{', '.join(bad)} not valid UTF-8")
     doc: dict[str, Any] = {}
     try:
-        loaded = _decoded(m["doc"])
+        loaded = stored_doc(m["doc"])
         if not isinstance(loaded, dict):
             raise ValueError(f"a JSON {type(loaded).__name__}, not an object")
         doc = loaded
@@ -148,12 +148,16 @@ def job_row(m: Any, *, decoded: bool = False) -> JobRow:
     )
 
 
-def _decoded(text: Any) -> Any:
+def stored_doc(text: Any) -> Any:
     """A stored document: by pydantic-core's parser (a list page decodes up to 5,000, and it takes a
-    third of ``json.loads``' time), or by ``json.loads`` where that parser refuses the text (deeper nesting
-    than its limit, a number out of its range...), so that what read before reads the same, and what
-    did not fails as it did."""
+    third of ``json.loads``' time), or by ``json.loads`` where that parser refuses the text (a number out of
+    its range, a lone surrogate's escape...), so that what read before reads the same, and what did not
+    fails as it did. Nesting past the parser's limit (~200 levels; no spec the API accepts comes near it)
+    is an error, the record's corruption: ``json.loads`` would read it, but no reply could carry it
+    (pydantic-core writes ~250 levels at most), and one such record made every list page holding it a 500."""
     try:
         return from_json(text)
-    except ValueError:
+    except ValueError as e:
+        if "recursion limit" in str(e):
+            raise ValueError(f"nested too deeply ({e})") from None
         return json.loads(text)

@@ -45,6 +45,9 @@ Index(
     sqlite_where=text(ACTIVE_SQL),
     postgresql_where=text(ACTIVE_SQL),
 )
+# The jobs table's columns in order: the order of a row read as a tuple (``Store.job_tuples``).
+JOB_COLUMNS: tuple[str, ...] = tuple(c.name for c in jobs.columns)
+
 events = Table(
     "events",
     metadata,
