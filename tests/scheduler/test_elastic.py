@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 from tests.scheduler.builders import ClusterBuilder, gpus_by_rack, placed, render, run_cycle
 
-from rackscale.model import training
+from rackscale.model import Level, TopologyConstraint, training
 from rackscale.model.state import ClusterState
 from rackscale.model.workload import JobSpec
 from rackscale.scheduler import PROFILES, Profile
@@ -92,6 +92,28 @@ def test_shrink_gives_back_gpus_for_a_waiting_job(waiting_priority: int, expect_
     assert "shrunk from 8 to" in z.reason and "w" not in z.reason.split(":")[0]
     assert gpus_by_rack(state, placed(d, "w").placement) == {0: want}
     assert not d.preemptions  # shrinking spared a preemption
+
+
+@pytest.mark.parametrize(("grown_to", "w_placed"), [(8, True), (4, False)], ids=["grown", "at-its-request"])
+def test_a_full_cluster_still_examines_who_may_take_an_equal_gangs_growth(grown_to: int, w_placed: bool) -> None:
+    """Nothing is free and no lower priority runs, so the cycle would stop after the head of the queue
+    (16 GPUs in one rack: larger than any rack, it waits and reserves nothing). While the elastic gang e of
+    its priority holds more than it asked for, the job behind the head is still examined and takes that
+    growth; once e holds what it asked for, nobody of that priority can give anything back and the cycle
+    stops after the head ("cluster full")."""
+    e = elastic("e", 4, 2, 8)
+    b = ClusterBuilder().racks(2)
+    if grown_to == 8:
+        b = b.with_running("e", on={(0, 0): 4, (0, 1): 4}, spec=e)
+    else:
+        b = b.with_running("e", on={(0, 0): 4}, spec=e).with_running("rest", on={(0, 1): 4}, preemptible=False)
+    state = b.with_running("full", gpus=8, rack=1, preemptible=False).build()
+    head = training("head", 16, submit_time=0.0, topology=TopologyConstraint(required=Level.RACK))
+    d = run_cycle(state, [head, training("w", 4, submit_time=10.0)], now=100.0)
+    assert [p.spec.name for p in d.placed] == (["w"] if w_placed else [])
+    assert d.not_examined == (0 if w_placed else 1)
+    if w_placed:
+        assert [z.spec.name for z in d.resized] == ["e"] and not d.preemptions
 
 
 def test_shrink_never_takes_from_a_higher_priority_gang_nor_below_the_rule() -> None:

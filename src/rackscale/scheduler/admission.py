@@ -32,10 +32,12 @@ class Admission:
         # was most of the cost of a job that waits (docs/benchmarks.md, "Issue 13: the backlog cycle").
         self._job_memo: dict[str, _JobMemo] = {}
         self.gang = gang
+        self._equal_room: dict[int, bool] = {}  # per cycle: see _room_from_equals
 
     def new_cycle(self, *, cluster: GPUCluster, queued: int) -> None:
         """Forget what was read on another cluster, and now and then the jobs that left the queue (the
         per-job memo holds at most about twice the queue)."""
+        self._equal_room = {}
         if cluster is not self._static_for:
             self._static_for, self._static_memo, self._job_memo = cluster, {}, {}
         elif len(self._job_memo) > 2 * queued + 1024:
@@ -45,14 +47,38 @@ class Admission:
         """Why the cycle may stop before ``job`` (the next in queue order), or None to go on."""
         if cycle.shapes is not None and len(cycle.covered) == cycle.shapes:
             return SAME_SHAPE_FAILED  # every queued shape has failed at its smallest size: nothing else can fit
-        if cycle.examined and cycle.min_demand and _no_room_left(cycle.state, cycle.min_demand, job.priority):
-            # No remaining job fits and nobody can be preempted: the rest would fail too. (The head of
-            # the queue is always examined, so it always gets a detailed reason.) With a chooser that takes
-            # victims of the waiting job's own priority (``las-victims``), only if it says none could be one.
-            victims = self.victims
-            if victims is None or not victims.may_take_equal(job.priority, cycle.state, cycle.ctx):
-                return CLUSTER_FULL
+        # No remaining job fits and nobody of lower priority can be preempted: the rest would fail too,
+        # unless jobs of their own priority could make room. (The head of the queue is always examined, so it
+        # always gets a detailed reason.)
+        if (
+            cycle.examined
+            and cycle.min_demand
+            and _no_room_left(cycle.state, cycle.min_demand, job.priority)
+            and not self._room_from_equals(cycle, job.priority)
+        ):
+            return CLUSTER_FULL
         return None
+
+    def _room_from_equals(self, cycle: Cycle, priority: int) -> bool:
+        """Could a waiting job of ``priority`` get GPUs from running jobs of its own priority, which the
+        early stop's test of lower priorities leaves out: a victim the chooser would take (``las-victims``),
+        or what an elastic gang grew into beyond its request (``shrink``)? Read once per cycle and priority:
+        the cycle's placements are protected from both, and elastic gangs grow only after its last job.
+        (Loans of equal priority are taken back only for the reservation's holder, a job examined before
+        any stop: the reservation is planned for the first job blocked.)"""
+        got = self._equal_room.get(priority)
+        if got is None:
+            state = cycle.state
+            running = state.running
+            got = (self.victims is not None and self.victims.may_take_equal(priority, state, cycle.ctx)) or (
+                self.gang.profile.elastic
+                and any(
+                    (rj := running[n]).spec.priority == priority and rj.placement.units > rj.spec.units
+                    for n in state.elastic
+                )
+            )
+            self._equal_room[priority] = got
+        return got
 
     def admit(self, cycle: Cycle, job: JobSpec) -> Attempt | None:
         """The job's attempt, or None when it waits already (its reason is recorded in ``cycle``)."""
