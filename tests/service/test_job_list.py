@@ -146,8 +146,9 @@ def test_a_page_of_every_kind_reads_as_its_joblist() -> None:
 def _store_of_every_kind(path: Path) -> Store:
     """A real store holding each kind of row a page meets, sound and corrupt: pending, running over two nodes
     and on shares of GPUs, ended with an exit code, a spec with nesting, big numbers and non-ASCII text, and
-    rows whose spec is broken JSON, a JSON array, nested past what a reply can carry (json.loads reads it), or
-    whose placement does not decode."""
+    rows whose spec is broken JSON, a JSON array, nested past what a reply can carry (json.loads reads it),
+    whose placement does not decode, or with a value not of its column's type (text for a number, a BLOB for
+    a text)."""
     s = Store(f"sqlite:///{path}")
     docs: dict[str, dict[str, Any]] = {
         "p-reserved": {},
@@ -161,6 +162,9 @@ def _store_of_every_kind(path: Path) -> Store:
         "array-doc": {},
         "deep-doc": {},
         "bad-placement": {},
+        "text-gpus": {},
+        "text-started": {},
+        "blob-queue": {},
     }
     for i, (name, extra) in enumerate(docs.items()):
         doc = {"name": name, "kind": "training", "gpus": 4} | extra
@@ -177,6 +181,7 @@ def _store_of_every_kind(path: Path) -> Store:
             placed("r-shares", *SHARES, at=NOW - 60),
             placed("ended", WHOLE, at=NOW - 9),
             placed("bad-placement", WHOLE, at=NOW - 9),
+            placed("text-started", WHOLE, at=NOW - 9),
         ]
     )
     s.apply([Change("ended", ChangeKind.FAILED, float(int(NOW)), "Failed", "exit 3", exit_code=3)])
@@ -186,6 +191,10 @@ def _store_of_every_kind(path: Path) -> Store:
     con.execute("UPDATE jobs SET doc = '[1, 2]' WHERE name = 'array-doc'")
     con.execute("UPDATE jobs SET doc = ? WHERE name = 'deep-doc'", ('{"a": ' + "[" * 300 + "]" * 300 + "}",))
     con.execute("UPDATE jobs SET placement = '[[' WHERE name = 'bad-placement'")
+    # SQLite keeps a value of any type in any column: text where a number belongs, a BLOB for a text.
+    con.execute("UPDATE jobs SET gpus = 'four' WHERE name = 'text-gpus'")
+    con.execute("UPDATE jobs SET started = 'soon' WHERE name = 'text-started'")
+    con.execute("UPDATE jobs SET queue = X'7465616dff' WHERE name = 'blob-queue'")
     con.commit()
     con.close()
     return Store(f"sqlite:///{path}")
@@ -219,10 +228,15 @@ def test_a_page_read_as_tuples_is_the_page_read_as_rows(tmp_path: Path) -> None:
         got, want = _page_both_ways(s, whys, limit=100)
         assert got == want
         items = {i["name"]: i for i in json.loads(got)["items"]}
-        assert len(items) == 11 and items["p-full"]["message"] == FULL.message
+        assert len(items) == 14 and items["p-full"]["message"] == FULL.message
         assert items["rich"]["spec"]["labels"] == {"team": "équipe", "n": 2**70}
-        for bad in ("bad-doc", "array-doc", "deep-doc", "bad-placement"):
+        for bad in ("bad-doc", "array-doc", "deep-doc", "bad-placement", "text-gpus", "text-started", "blob-queue"):
             assert items[bad]["message"].startswith("the stored record is corrupt"), items[bad]
+        assert items["text-gpus"]["gpus"] == 0.0 and items["text-started"]["started"] is None
+        assert (
+            items["blob-queue"]["queue"] == "team\ufffd"
+            and "queue not of the column's type" in items["blob-queue"]["message"]
+        )
         assert items["r-shares"]["placement"]["gpus"] == 1.0 and items["ended"]["exitCode"] == 3
         assert _page_both_ways(s, whys, limit=4)[0] == _page_both_ways(s, whys, limit=4)[1]  # (nextAfter)
 

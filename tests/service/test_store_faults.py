@@ -506,7 +506,7 @@ def test_corrupt_records_fail_alone_at_recovery_and_never_break_a_page(tmp_path:
     data.mkdir()
     db = data / "rackscale.db"
     s = Store(f"sqlite:///{db}")
-    for n in ("bad-doc", "bad-placement", "bad-text", "deep-doc", "fine"):
+    for n in ("bad-doc", "bad-placement", "bad-text", "deep-doc", "bad-type", "fine"):
         add(s, n, doc={"name": n, "kind": "training", "gpus": 4}).result()
     s.apply([Change("bad-placement", SCHEDULED, 1.0, "Scheduled", "placed", place("bad-placement"))])
     s.apply([Change("bad-text", SCHEDULED, 1.0, "Scheduled", "placed", place("bad-text", 1))])
@@ -518,24 +518,28 @@ def test_corrupt_records_fail_alone_at_recovery_and_never_break_a_page(tmp_path:
     con.execute("UPDATE jobs SET message = CAST(X'646f6e65ff' AS TEXT) WHERE name = 'bad-text'")
     # Valid JSON, but deeper than any reply can carry (it made every page that held it a 500).
     con.execute("UPDATE jobs SET doc = ? WHERE name = 'deep-doc'", ('{"a": ' + "[" * 300 + "]" * 300 + "}",))
+    con.execute("UPDATE jobs SET gpus = 'four' WHERE name = 'bad-type'")  # SQLite keeps text in a FLOAT column
     con.commit()
     con.close()
     problems = Store(f"sqlite:///{db}").check()
-    assert [p.split(":")[0] for p in problems] == ["bad-doc", "bad-placement", "bad-text", "deep-doc"], problems
+    assert [p.split(":")[0] for p in problems] == ["bad-doc", "bad-placement", "bad-text", "deep-doc", "bad-type"], (
+        problems
+    )
 
     cfg = ServiceConfig(data_dir=data, cluster=small_cluster(), speed=1000.0, interval_s=0.01)
     with serve_in_thread(cfg) as live, live.client() as c:
         page = c.get("/v1/jobs")
         assert page.status_code == 200, page.text
         got = {j["name"]: j for j in page.json()["items"]}
-        for n in ("bad-doc", "bad-placement", "deep-doc"):  # active: failed at recovery, saying why
+        for n in ("bad-doc", "bad-placement", "deep-doc", "bad-type"):  # active: failed at recovery, saying why
             assert (got[n]["status"], got[n]["reason"]) == ("failed", "CorruptRecord"), got[n]
-            assert got[n]["message"].startswith("the stored record is corrupt: its "), got[n]
+            assert got[n]["message"].startswith("the stored record is corrupt: "), got[n]
         assert got["bad-text"]["status"] == "completed"
         assert got["bad-text"]["message"] == "the stored record is corrupt: message not valid UTF-8"
         assert got["fine"]["status"] == "running" and got["fine"]["spec"]["name"] == "fine"
         assert c.get("/v1/jobs/bad-text").status_code == 200
         assert c.get("/v1/jobs/deep-doc").status_code == 200
+        assert c.get("/v1/jobs/bad-type").status_code == 200
         assert c.get("/v1/jobs/bad-text/events").status_code == 200
         assert c.get("/v1/queues").status_code == 200
         assert c.get("/readyz").status_code == 200

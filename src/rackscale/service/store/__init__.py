@@ -26,7 +26,15 @@ from rackscale.service.phase import ACTIVE, STATUSES, JobPhase
 from rackscale.service.store.core import Store
 from rackscale.service.store.faults import BrokenStore, DuplicateJob, RejectedJob, StoreUnavailable, unavailable
 from rackscale.service.store.files import check_store_file, sqlite_file_problem, sqlite_path, store_location
-from rackscale.service.store.rows import EventRow, JobRow, decode_placement, encode_placement, job_row, stored_doc
+from rackscale.service.store.rows import (
+    COLUMN_TYPES,
+    EventRow,
+    JobRow,
+    decode_placement,
+    encode_placement,
+    job_row,
+    stored_doc,
+)
 from rackscale.service.store.schema import JOB_COLUMNS, events, jobs, meta, metadata
 from rackscale.service.store.writer import GATHER_S, MAX_GROUP
 
@@ -37,6 +45,7 @@ COMPLETED, FAILED, CANCELLED = JobPhase.COMPLETED, JobPhase.FAILED, JobPhase.CAN
 __all__ = [
     "ACTIVE",
     "CANCELLED",
+    "COLUMN_TYPES",
     "COMPLETED",
     "FAILED",
     "GATHER_S",

@@ -105,10 +105,53 @@ def repaired(m: Any, keys: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
     return d, bad
 
 
+# Each column's types as a sound row holds them. SQLite keeps whatever it is given (text in a FLOAT column,
+# a BLOB in a TEXT one), and no reply could carry such a value as its field's type: the row is corrupt, and
+# shows the value below instead (a text, repaired into one). ``doc`` and ``placement`` decode from bytes too.
+_NONE = type(None)
+COLUMN_TYPES: dict[str, tuple[type, ...]] = {
+    "seq": (int,),
+    "name": (str,),
+    "queue": (str,),
+    "kind": (str,),
+    "gpus": (int, float),
+    "priority": (int,),
+    "status": (str,),
+    "reason": (str,),
+    "message": (str,),
+    "doc": (str, bytes),
+    "submitted": (int, float),
+    "started": (int, float, _NONE),
+    "ended": (int, float, _NONE),
+    "placement": (str, bytes, _NONE),
+    "exit_code": (int, _NONE),
+    "restarts": (int,),
+}
+_SHOWN_INSTEAD: dict[str, Any] = {"gpus": 0.0, "priority": 0, "submitted": 0.0, "restarts": 0}
+
+
+def mistyped(m: Any) -> list[str]:
+    """The columns of a stored job whose values are not of their column's type (empty: none)."""
+    return [k for k, types in COLUMN_TYPES.items() if type(m[k]) not in types]
+
+
+def _shown_instead(column: str, v: Any) -> Any:
+    if column in _SHOWN_INSTEAD:
+        return _SHOWN_INSTEAD[column]
+    if COLUMN_TYPES[column][0] is str:
+        return fixed_text(v.decode("utf-8", "surrogateescape")) if isinstance(v, bytes) else str(v)
+    return None  # a time or an exit code
+
+
 def job_row(m: Any, *, decoded: bool = False) -> JobRow:
     """``decoded``: every text of ``m`` came from a strict UTF-8 decode, so none needs repair (a page of
     500 rows skips 4,000 checks)."""
     problems: list[str] = []
+    if wrong := mistyped(m):
+        m = dict(m)
+        for k in wrong:
+            m[k] = _shown_instead(k, m[k])
+        problems.append(f"{', '.join(wrong)} not of the column's type")
     if not decoded and any(bad_text(m[k]) for k in JOB_TEXT):
         m, bad = repaired(m, JOB_TEXT)
         problems.append(f"{', '.join(bad)} not valid UTF-8")
