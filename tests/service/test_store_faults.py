@@ -519,6 +519,9 @@ def test_corrupt_records_fail_alone_at_recovery_and_never_break_a_page(tmp_path:
     # Valid JSON, but deeper than any reply can carry (it made every page that held it a 500).
     con.execute("UPDATE jobs SET doc = ? WHERE name = 'deep-doc'", ('{"a": ' + "[" * 300 + "]" * 300 + "}",))
     con.execute("UPDATE jobs SET gpus = 'four' WHERE name = 'bad-type'")  # SQLite keeps text in a FLOAT column
+    # ... and a BLOB in a TEXT one; an ended job's events with a time that is text and a reason that is a BLOB.
+    con.execute("UPDATE jobs SET queue = X'71ff' WHERE name = 'bad-text'")
+    con.execute("UPDATE events SET time = 'later', reason = X'ff' WHERE job = 'bad-text'")
     con.commit()
     con.close()
     problems = Store(f"sqlite:///{db}").check()
@@ -535,12 +538,20 @@ def test_corrupt_records_fail_alone_at_recovery_and_never_break_a_page(tmp_path:
             assert (got[n]["status"], got[n]["reason"]) == ("failed", "CorruptRecord"), got[n]
             assert got[n]["message"].startswith("the stored record is corrupt: "), got[n]
         assert got["bad-text"]["status"] == "completed"
-        assert got["bad-text"]["message"] == "the stored record is corrupt: message not valid UTF-8"
+        assert got["bad-text"]["message"] == (
+            "the stored record is corrupt: queue not of the column's type; message not valid UTF-8"
+        )
         assert got["fine"]["status"] == "running" and got["fine"]["spec"]["name"] == "fine"
         assert c.get("/v1/jobs/bad-text").status_code == 200
         assert c.get("/v1/jobs/deep-doc").status_code == 200
         assert c.get("/v1/jobs/bad-type").status_code == 200
-        assert c.get("/v1/jobs/bad-text/events").status_code == 200
+        events = c.get("/v1/jobs/bad-text/events")
+        assert events.status_code == 200, events.text
+        stored = [e for e in events.json()["items"] if e["type"] != "submitted"]
+        assert stored and all(
+            e["message"] == "the stored event is corrupt: time, reason not of the column's type" and e["time"] == 0
+            for e in stored
+        ), stored
         assert c.get("/v1/queues").status_code == 200
         assert c.get("/readyz").status_code == 200
         wait_for(lambda: c.get("/v1/jobs/fine").json()["status"] == "running", what="fine to run")

@@ -11,7 +11,15 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from rackscale.service.phase import ACTIVE, JobPhase
-from rackscale.service.store.rows import EVENT_TEXT, EventRow, JobRow, fixed_text, job_row, lenient_text, repaired
+from rackscale.service.store.rows import (
+    EventRow,
+    JobRow,
+    as_text,
+    event_row,
+    job_row,
+    lenient_text,
+    repaired,
+)
 from rackscale.service.store.schema import events, jobs, latest_run, meta
 
 
@@ -25,10 +33,19 @@ class StoreReads:
             return c.execute(select(meta.c.value).where(meta.c.key == key)).scalar_one_or_none()
 
     def latest_time(self) -> float | None:
-        """The latest service-clock time the store saw (the clock resumes from it after a restart)."""
+        """The latest service-clock time the store saw (the clock resumes from it after a restart). Of the
+        times that are numbers: SQLite keeps a text in a FLOAT column, and sorts it above every number."""
+        sqlite = self.reader.dialect.name == "sqlite"
         with self.reader.connect() as c:
-            times = [c.execute(select(func.max(t))).scalar_one_or_none() for t in (events.c.time, jobs.c.submitted)]
-        known = [t for t in times if t is not None]
+            times = [
+                c.execute(
+                    select(func.max(t)).where(func.typeof(t).in_(("integer", "real")))
+                    if sqlite
+                    else select(func.max(t))
+                ).scalar_one_or_none()
+                for t in (events.c.time, jobs.c.submitted)
+            ]
+        known = [float(t) for t in times if isinstance(t, int | float)]
         return max(known) if known else None
 
     def get(self, name: str, *, run: int | None = None) -> JobRow | None:
@@ -107,11 +124,12 @@ class StoreReads:
                 return []
             run = int(latest[0]["seq"])
         q = select(events).where(events.c.run == run).order_by(events.c.id.desc()).limit(limit)
-        rows = [EventRow(**repaired(m, EVENT_TEXT)[0]) for m in self._fetch(q)]
+        rows = [event_row(m) for m in self._fetch(q)]
         got = self._fetch(select(jobs.c.submitted, jobs.c.queue).where(and_(jobs.c.seq == run, jobs.c.name == name)))
         if got and len(rows) < limit:
             job, _ = repaired(got[0], ("queue",))
-            rows.append(EventRow(0, name, run, job["submitted"], "submitted", "Submitted", f"queued in {job['queue']}"))
+            at = job["submitted"] if type(job["submitted"]) in (int, float) else 0.0  # (see rows.COLUMN_TYPES)
+            rows.append(EventRow(0, name, run, at, "submitted", "Submitted", f"queued in {as_text(job['queue'])}"))
         return rows[::-1]
 
     def cancels_since(self, after_id: int, *, limit: int = 10_000) -> list[tuple[int, str, int | None]]:
@@ -123,7 +141,8 @@ class StoreReads:
             .order_by(events.c.id)
             .limit(limit)
         )
-        return [(int(m["id"]), fixed_text(m["job"]), m["run"]) for m in self._fetch(q)]
+        # (Any value in any column: see rows.COLUMN_TYPES. A cancel's run that is not a number names none.)
+        return [(int(m["id"]), as_text(m["job"]), m["run"] if type(m["run"]) is int else None) for m in self._fetch(q)]
 
     def last_event_id(self) -> int:
         with self.reader.connect() as c:
@@ -139,14 +158,14 @@ class StoreReads:
         out: dict[str, dict[str, int]] = {}
         for m in self._fetch(q):
             queue_name, status, n = m.values()
-            out.setdefault(fixed_text(queue_name), {})[fixed_text(status)] = int(n)
+            out.setdefault(as_text(queue_name), {})[as_text(status)] = int(n)
         return out
 
     def count_by_status(self, *, queues: Iterable[str] | None = None) -> dict[str, int]:
         q = select(jobs.c.status, func.count().label("count")).group_by(jobs.c.status)
         if queues is not None:
             q = q.where(jobs.c.queue.in_(list(queues)))
-        return {fixed_text(m["status"]): int(m["count"]) for m in self._fetch(q)}
+        return {as_text(m["status"]): int(m["count"]) for m in self._fetch(q)}
 
     def check(self) -> list[str]:
         """Integrity problems in the store (empty when consistent): records that do not decode, a name with

@@ -139,8 +139,39 @@ def _shown_instead(column: str, v: Any) -> Any:
     if column in _SHOWN_INSTEAD:
         return _SHOWN_INSTEAD[column]
     if COLUMN_TYPES[column][0] is str:
-        return fixed_text(v.decode("utf-8", "surrogateescape")) if isinstance(v, bytes) else str(v)
+        return as_text(v)
     return None  # a time or an exit code
+
+
+def as_text(v: Any) -> str:
+    """A stored value that should be a text, as one: read leniently or strictly, a BLOB's bytes, a number
+    (what is not UTF-8 shown as U+FFFD)."""
+    if isinstance(v, bytes):
+        v = v.decode("utf-8", "surrogateescape")
+    return fixed_text(v if isinstance(v, str) else str(v))
+
+
+EVENT_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (int,),
+    "job": (str,),
+    "run": (int, _NONE),
+    "time": (int, float),
+    "type": (str,),
+    "reason": (str,),
+    "message": (str,),
+}
+
+
+def event_row(m: Any) -> EventRow:
+    """A stored event, its texts repaired. A value not of its column's type (SQLite keeps any) is shown as
+    a text, a time of 0 or no run, and the message says the event is corrupt: no reply could carry it."""
+    d, _ = repaired(m, EVENT_TEXT)
+    wrong = [k for k, types in EVENT_TYPES.items() if type(d[k]) not in types]
+    for k in wrong:
+        d[k] = 0.0 if k == "time" else None if k == "run" else as_text(d[k])
+    if wrong:
+        d["message"] = f"the stored event is corrupt: {', '.join(wrong)} not of the column's type"
+    return EventRow(**d)
 
 
 def job_row(m: Any, *, decoded: bool = False) -> JobRow:
