@@ -15,7 +15,6 @@ page with a text that is not UTF-8, goes through ``job_row`` as before, so a cor
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import product
 from typing import Any
 
 from pydantic_core import to_json
@@ -23,14 +22,21 @@ from pydantic_core import to_json
 from rackscale.model.placement import Placement
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.scheduler.status import Status
-from rackscale.service.store import COLUMN_TYPES, JOB_COLUMNS, JobRow, decode_placement, job_row, stored_doc
+from rackscale.service.store import (
+    COLUMN_TYPES,
+    JOB_COLUMNS,
+    SOUND_TYPES,
+    JobRow,
+    decode_placement,
+    job_row,
+    stored_doc,
+)
 from rackscale.service.views import merged_slices, shown_reason_of
 
-# Every combination of the columns' types a sound row may have, in the columns' order (432 of them): a row's
-# types are checked in one lookup. Any other goes through ``job_row``, which says which column is wrong.
+# A row read as a tuple has the table's columns in order; its types are looked up in ``SOUND_TYPES``, whose
+# order is ``COLUMN_TYPES``'. Any other row goes through ``job_row``, which says which column is wrong.
 if tuple(COLUMN_TYPES) != JOB_COLUMNS:  # pragma: no cover (the schema and the row's reader disagree)
     raise ImportError(f"the jobs table's columns {JOB_COLUMNS} are not those rows.COLUMN_TYPES checks")
-_SOUND_TYPES = frozenset(product(*COLUMN_TYPES.values()))
 
 
 def job_list_json(
@@ -72,7 +78,7 @@ def _sound_item(
 ) -> dict[str, Any] | None:
     """The item of a stored row read strictly, as ``job_row`` would make it; None when a value is not of its
     column's type, or its spec or placement does not decode (``job_row`` marks it corrupt)."""
-    if tuple(map(type, t)) not in _SOUND_TYPES:
+    if tuple(map(type, t)) not in SOUND_TYPES:
         return None
     (seq, name, queue, kind, gpus, priority, status, reason, message, text, submitted, started, ended, where, exit_code,
      restarts) = t  # fmt: skip

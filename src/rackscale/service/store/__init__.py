@@ -28,6 +28,7 @@ from rackscale.service.store.faults import BrokenStore, DuplicateJob, RejectedJo
 from rackscale.service.store.files import check_store_file, sqlite_file_problem, sqlite_path, store_location
 from rackscale.service.store.rows import (
     COLUMN_TYPES,
+    SOUND_TYPES,
     EventRow,
     JobRow,
     decode_placement,
@@ -53,6 +54,7 @@ __all__ = [
     "MAX_GROUP",
     "PENDING",
     "RUNNING",
+    "SOUND_TYPES",
     "STATUSES",
     "BrokenStore",
     "DuplicateJob",
