@@ -4,7 +4,7 @@ they never wait for the writer), and read a damaged record leniently (see :meth:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import and_, func, select
 from sqlalchemy import exc as sa_exc
@@ -88,31 +88,15 @@ class StoreReads:
                     c.rollback()
                     raw.text_factory = str
 
-    def jobs(
-        self,
-        *,
-        queues: Iterable[str] | None = None,
-        status: Iterable[str] | None = None,
-        kind: str | None = None,
-        after: int = 0,
-        limit: int = 500,
-    ) -> list[JobRow]:
-        got, strict = self._fetch_marked(_jobs_query(queues, status, kind, after, limit))
+    def jobs(self, **query: Unpack[JobQuery]) -> list[JobRow]:
+        got, strict = self._fetch_marked(_jobs_query(**query))
         return [job_row(m, decoded=strict) for m in got]
 
-    def job_tuples(
-        self,
-        *,
-        queues: Iterable[str] | None = None,
-        status: Iterable[str] | None = None,
-        kind: str | None = None,
-        after: int = 0,
-        limit: int = 500,
-    ) -> tuple[list[Sequence[Any]], bool]:
+    def job_tuples(self, **query: Unpack[JobQuery]) -> tuple[list[Sequence[Any]], bool]:
         """:meth:`jobs`' rows as they are stored, each a tuple in ``JOB_COLUMNS`` order, and whether every text
         was decoded strictly (``job_row(dict(zip(JOB_COLUMNS, t)), decoded=strict)`` is :meth:`jobs`' row).
         For a list page, which turns a sound row into its JSON without a ``JobRow`` (service/job_list.py)."""
-        return self._fetch_marked(_jobs_query(queues, status, kind, after, limit), tuples=True)
+        return self._fetch_marked(_jobs_query(**query), tuples=True)
 
     def events(self, name: str, *, limit: int = 200, run: int | None = None) -> list[EventRow]:
         """The events of the latest run of ``name`` (or of its run ``run``), oldest first (the last
@@ -196,8 +180,24 @@ class StoreReads:
         return problems
 
 
+class JobQuery(TypedDict, total=False):
+    """Which stored jobs :meth:`StoreReads.jobs` reads: in these queues, of these statuses, of this kind
+    (None: any), after run ``after`` (a keyset cursor: oldest first), at most ``limit`` (default 500)."""
+
+    queues: Iterable[str] | None
+    status: Iterable[str] | None
+    kind: str | None
+    after: int
+    limit: int
+
+
 def _jobs_query(
-    queues: Iterable[str] | None, status: Iterable[str] | None, kind: str | None, after: int, limit: int
+    *,
+    queues: Iterable[str] | None = None,
+    status: Iterable[str] | None = None,
+    kind: str | None = None,
+    after: int = 0,
+    limit: int = 500,
 ) -> Any:
     q = select(jobs).where(jobs.c.seq > after).order_by(jobs.c.seq).limit(limit)
     if queues is not None:
