@@ -141,6 +141,23 @@ WHO_IS_PREEMPTED = {
         want_placed={"svc": [0]},
     ),
     # region-0
+    # └── r000: n00 [aaaa] n01 [bbbb]   a: 1, b: 2
+    # A service that starts with no fewer than 2 replicas of 4 GPUs: room for one (a alone) would be rolled
+    # back, and the service would wait behind jobs of lower priority.
+    "a-service-preempts-for-the-replicas-it-needs-to-start": Case(
+        cluster(1).with_running("a", on={(0, 0): 4}, priority=1).with_running("b", on={(0, 1): 4}, priority=2),
+        [inference("svc", 2, gpus_per_replica=4, min_replicas=2, spread_racks=1, priority=10)],
+        want_victims={"a", "b"},
+        want_placed={"svc": [0]},
+    ),
+    # The same service content with one replica to start: one victim, the cheaper.
+    "a-service-that-may-start-smaller-preempts-for-its-minimum": Case(
+        cluster(1).with_running("a", on={(0, 0): 4}, priority=1).with_running("b", on={(0, 1): 4}, priority=2),
+        [inference("svc", 2, gpus_per_replica=4, min_replicas=1, spread_racks=1, priority=10)],
+        want_victims={"a"},
+        want_placed={"svc": [0]},
+    ),
+    # region-0
     # └── r000: n00 [llmm] n01 [mmmm]   l: 1 (2 GPUs), m: 2 (6 GPUs)
     # 6 GPUs: m alone frees them; l is cheaper but preempting it as well gains nothing.
     "no-victim-whose-gpus-are-not-needed": Case(

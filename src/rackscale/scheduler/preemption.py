@@ -35,6 +35,13 @@ def lost_work(rj: RunningJob, now: float) -> float:
     return max(0.0, now - last_checkpoint(rj, now)) * rj.placement.gpu_milli / MILLI_PER_GPU
 
 
+def _replicas_needed(job: JobSpec, state: StateView) -> int:
+    """The replicas an inference job must get to be placed: its ``min_units`` (else all of them) less those it
+    runs, at least one (as ``GangPlacement._place`` asks)."""
+    held = state.running.get(job.name)
+    return max(job.required_units - (held.placement.units if held is not None else 0), 1)
+
+
 def _healthy_whole_by_node(state: StateView, rj: RunningJob, rack: int) -> dict[int, int]:
     """Whole GPUs ``rj`` would give back on each healthy node of ``rack`` (failed hardware frees nothing).
 
@@ -85,6 +92,11 @@ class CheapestVictims:
         if job.kind is JobKind.INFERENCE or unit.gpus == 0:
             w = unit.gpus if 0 < unit.gpus <= state.max_node_gpus else 1
             units = 1 if 0 < unit.gpus <= state.max_node_gpus else max(1, unit.gpus)
+            if job.kind is JobKind.INFERENCE and unit.gpus > 0:
+                # Room for the replicas the placement will ask for (``GangPlacement``: ``min_units`` less
+                # those running), not one: room for fewer is rolled back, and the service waits, preempting
+                # no one, however low the priority of what holds the rack.
+                units *= _replicas_needed(job, state)
         else:
             w, units = unit.gpus, job.units
         racks = [r for r in state.cluster.racks if r.gpu_model in models and r.index not in exclude_racks]
