@@ -150,7 +150,7 @@ WHO_IS_PREEMPTED = {
         want_victims={"a", "b"},
         want_placed={"svc": [0]},
     ),
-    # The same service content with one replica to start: one victim, the cheaper.
+    # The same service, allowed to start with one replica: one victim, the cheaper.
     "a-service-that-may-start-smaller-preempts-for-its-minimum": Case(
         cluster(1).with_running("a", on={(0, 0): 4}, priority=1).with_running("b", on={(0, 1): 4}, priority=2),
         [inference("svc", 2, gpus_per_replica=4, min_replicas=1, spread_racks=1, priority=10)],
