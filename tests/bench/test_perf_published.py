@@ -174,3 +174,10 @@ def test_a_source_mfu_is_returned_as_published() -> None:
     fig = pub.training_figure("llama3-405b-16384-128k")
     assert pub.model_flops_utilisation(fig) == fig.mfu
     assert fig.counts_recompute is False and fig.seq_len * fig.global_batch == 16 * 2**20
+
+
+def test_llama3_interleaving_depth_is_the_one_its_layer_count_allows() -> None:
+    """126 layers plus the embedding-only and output-only chunks fill PP x V chunks of one layer each."""
+    model = model_named("llama-3.1-405b")
+    for fig in (f for f in TRAINING if f.key.startswith("llama3")):
+        assert fig.pp * fig.virtual_stages == model.layers + 2

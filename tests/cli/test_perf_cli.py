@@ -265,8 +265,16 @@ def test_train_table_lists_each_term() -> None:
 
 TRAIN = ("perf", "train", "-m", "llama-3.1-70b", "-g", "h100", "-n", "64")
 TRAIN_ERRORS = [
-    pytest.param((*TRAIN, "--tp", "3"), "--tp x --pp = 3 must divide --gpus 64", id="tp-does-not-divide"),
+    pytest.param((*TRAIN, "--tp", "3"), "--tp x --cp x --pp = 3 must divide --gpus 64", id="tp-does-not-divide"),
     pytest.param((*TRAIN, "--tp", "8", "--pp", "2", "--dp", "2"), "= 32, not the 64 GPUs", id="plan-not-gpus"),
+    pytest.param((*TRAIN, "--tp", "8", "--cp", "16"), "--tp x --cp x --pp = 128 must divide", id="cp-too-many"),
+    pytest.param((*TRAIN, "--tp", "8", "--virtual-stages", "2"), "needs a pipeline: give --pp", id="v-without-pp"),
+    pytest.param(
+        (*TRAIN, "--tp", "4", "--pp", "16", "--virtual-stages", "8"), "more chunks than the 80 layers", id="v-too-many"
+    ),
+    pytest.param(
+        (*TRAIN, "--tp", "8", "--cp", "4", "--seq-len", "4100"), "must split into 2 x --cp = 8 equal", id="cp-seq"
+    ),
     pytest.param((*TRAIN, "--tp", "1"), "does not fit H100 x8", id="does-not-fit"),
     pytest.param((*TRAIN, "--tp", "8", "--global-batch", "100"), "multiple of dp x micro-batch = 8", id="batch"),
     pytest.param(
@@ -304,6 +312,25 @@ def test_the_memory_error_gives_the_figures() -> None:
 def test_help_has_examples(verb: tuple[str, ...]) -> None:
     code, out, _ = invoke(*verb, "--help")
     assert code == 0 and "Examples" in out and "rackscale perf" in out
+
+
+def test_train_takes_a_context_parallel_interleaved_plan_and_times_it_as_the_model_does() -> None:
+    """Llama 3's long-context stage on a sixteenth of its GPUs: TP 8 x CP 16 x PP 8 (V 4), 131k tokens."""
+    doc = doc_of(
+        "perf", "train", "-m", "llama-3.1-405b", "-g", "h100", "-n", "1024", "--seq-len", "131072",
+        "--global-batch", "8", "--tp", "8", "--cp", "16", "--pp", "8", "--virtual-stages", "4", "--recompute",
+    )  # fmt: skip
+    plan = TrainPlan(tp=8, cp=16, pp=8, dp=1, virtual_stages=4, recompute=True)
+    work = TrainWorkload(model=model_named("llama-3.1-405b"), precision=Precision.BF16, seq_len=131072, global_batch=8)
+    system = system_named("h100")
+    step = train_step(
+        work, plan, gpu=system.gpu, links=links_of(system), domain_gpus=system.domain_gpus,
+        eff=training_efficiency(system.gpu),
+    )  # fmt: skip
+    assert doc["plan"]["cp"] == 16 and doc["plan"]["virtual_stages"] == 4 and doc["plan"]["dp"] == 1
+    assert doc["step"]["step_s"] == pytest.approx(step.step_s, rel=1e-12)
+    assert doc["step"]["cp_all_gather_s"] == pytest.approx(step.cp_comm_s) and step.cp_comm_s > 0
+    assert doc["memory_gb_per_gpu"] == pytest.approx(train_memory_bytes(work, plan) / 1e9)
 
 
 def test_train_takes_an_expert_parallel_plan_and_refuses_it_on_a_dense_model() -> None:

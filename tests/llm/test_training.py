@@ -86,3 +86,47 @@ def test_expert_parallel_shards_expert_states_and_needs_a_moe_model() -> None:
     assert wide < one / 10
     with pytest.raises(ValueError, match="ep 8 needs a MoE model"):
         _step("h100", TrainPlan(tp=8, dp=8, ep=8))
+
+
+LONG = TrainWorkload(model=model_named("llama-3.1-405b"), precision=Precision.BF16, seq_len=131_072, global_batch=16)
+
+
+def test_context_parallel_ranks_split_the_sequence_and_gather_its_keys_and_values() -> None:
+    """CP 16 against the same GPUs as DP: the compute per GPU is the same (the work is the same), each rank's TP
+    all-reduces carry a sixteenth of the tokens, and the K/V all-gathers appear, on the NIC of 8-GPU nodes."""
+    as_dp = _step("h100", TrainPlan(tp=8, pp=16, dp=16, virtual_stages=8), LONG)
+    as_cp = _step("h100", TrainPlan(tp=8, cp=16, pp=16, dp=1, virtual_stages=8), LONG)
+    assert as_cp.gpus == as_dp.gpus == 2048
+    assert as_cp.compute_s == pytest.approx(as_dp.compute_s)
+    assert as_dp.cp_comm_s == 0.0 < as_cp.cp_comm_s
+    # a sixteenth of a sequence per all-reduce, 16 times as many (the fixed latency aside): the same bytes
+    assert as_cp.tp_comm_s == pytest.approx(as_dp.tp_comm_s, rel=0.01)
+    assert as_cp.step_s == pytest.approx(
+        as_cp.compute_s + as_cp.bubble_s + as_cp.tp_comm_s + as_cp.pp_comm_s + as_cp.dp_comm_s + as_cp.cp_comm_s
+    )
+
+
+def test_context_parallel_gathers_over_nvlink_inside_a_domain() -> None:
+    """On NVL72 a CP group of 8 TP-8 ranks (64 GPUs) lies inside one domain: the same gathers are cheaper
+    than across 8-GPU nodes, where each member sits in its own node and sends over the NIC."""
+    plan = TrainPlan(tp=8, cp=8, pp=16, dp=1, virtual_stages=8)
+    nodes = _step("b200", plan, LONG)
+    rack = _step("b200:72", plan, LONG)
+    assert 0.0 < rack.cp_comm_s < nodes.cp_comm_s / 5
+    assert rack.compute_s == pytest.approx(nodes.compute_s)
+
+
+def test_context_parallel_shrinks_activation_memory_and_counts_in_the_data_parallel_layout() -> None:
+    plain = TrainPlan(tp=8, pp=16, dp=1)
+    split = TrainPlan(tp=8, cp=16, pp=16, dp=1)
+    assert train_memory_bytes(LONG, split) < train_memory_bytes(LONG, plain) / 4
+    assert split.shard_gpus == 2048 and split.as_dict()["cp"] == 16
+
+
+def test_interleaved_stages_shrink_the_bubble_as_llama3_states() -> None:
+    """Llama 3 section 3.3.2: the bubble of an interleaved schedule is (PP - 1) / (V x M)."""
+    work = TrainWorkload(model=model_named("llama-3.1-405b"), precision=Precision.BF16, seq_len=8192, global_batch=2048)
+    one = _step("h100", TrainPlan(tp=8, pp=16, dp=64), work)
+    eight = _step("h100", TrainPlan(tp=8, pp=16, dp=64, virtual_stages=8), work)
+    assert one.bubble_s / one.compute_s == pytest.approx(15 / 32)
+    assert eight.bubble_s / eight.compute_s == pytest.approx(15 / 256)

@@ -86,9 +86,6 @@ KNOWN_MISSES: dict[str, str] = {
     "mlperf-v5.1-dsr1-offline": "+20.4 %: both compute-bound at large batch (best plans); GB200's wider EP16 "
     "pool against B200's EP8 under the measured MoE kernels",
     "megatron-t1-1.7b": "+23 %: a 1.7B model's small GEMMs run below the 175B-fitted efficiency",
-    "llama3-405b-8192-8k": "-22 %: H100 trains with the A100-fitted efficiency, and DP gradients are not "
-    "overlapped with backward (Llama 3 overlaps them)",
-    "llama3-405b-16384-8k": "-36 %: as above, with twice the DP ranks",
 }
 # Measured runs whose interactivity the model misses by more than 20 % (the tests check both ways).
 KNOWN_RUN_MISSES: dict[tuple[str, int], str] = {}
@@ -314,15 +311,19 @@ def _model_of(fig: TrainingFigure) -> ModelSpec:
 
 
 def evaluate_training(fig: TrainingFigure) -> TrainingResult:
-    if fig.cp > 1:
-        return TrainingResult(
-            figure=fig, tflops_per_gpu=None, mfu=None, dominant=None, note="context parallelism is not modelled"
-        )
     system = system_named(fig.system)
     work = TrainWorkload(
         model=_model_of(fig), precision=fig.precision, seq_len=fig.seq_len, global_batch=fig.global_batch
     )
-    plan = TrainPlan(tp=fig.tp, pp=fig.pp, dp=fig.dp, micro_batch=1, recompute=fig.counts_recompute)
+    plan = TrainPlan(
+        tp=fig.tp,
+        cp=fig.cp,
+        pp=fig.pp,
+        dp=fig.dp,
+        micro_batch=1,
+        virtual_stages=fig.virtual_stages,
+        recompute=fig.counts_recompute,
+    )
     step = train_step_on(system, work, plan, training_efficiency(system.gpu))
     return TrainingResult(figure=fig, tflops_per_gpu=step.achieved_tflops_per_gpu, mfu=step.mfu, dominant=step.dominant)
 

@@ -114,6 +114,7 @@ class TrainingFigure:
     pp: int
     dp: int
     cp: int = 1
+    virtual_stages: int = 1  # interleaved 1F1B: model chunks per pipeline rank (1: not interleaved, or not published)
     global_batch: int  # sequences
     seq_len: int
     precision: Precision
@@ -436,6 +437,13 @@ def _table2(n: int, f: float) -> TrainingFigure:
     )
 
 
+# Llama 3 runs an interleaved schedule, V chunks per pipeline rank (section 3.3.2), V not printed: its first
+# chunk holds only the embedding, its last only the output projection and loss, one transformer layer each was
+# taken from the first and last stages to make room for them; 126 layers + 2 = 128 chunks = PP 16 x V only at
+# V = 8 (one layer per chunk). Derived, not published: docs/perf-published.md.
+LLAMA3_VIRTUAL_STAGES = 8
+
+
 def _llama3(n: int, cp: int, dp: int, seq: int, per_dp: int, f: float, mfu: float) -> TrainingFigure:
     return TrainingFigure(
         key=f"llama3-405b-{n}-{seq // 1024}k",
@@ -449,6 +457,7 @@ def _llama3(n: int, cp: int, dp: int, seq: int, per_dp: int, f: float, mfu: floa
         pp=16,
         dp=dp,
         cp=cp,
+        virtual_stages=LLAMA3_VIRTUAL_STAGES,
         global_batch=dp * per_dp,
         seq_len=seq,
         precision=Precision.BF16,

@@ -94,23 +94,29 @@ def _plan(
     micro: int | None,
     recompute: bool | None,
     ep: int | None = None,
+    cp: int | None = None,
+    virtual_stages: int | None = None,
 ) -> TrainPlan | None:
-    """The plan the options give (None when they give none); tp and pp default to 1, dp to what is left."""
+    """The plan the options give (None when they give none); tp, cp and pp default to 1, dp to what is left."""
     from rackscale.llm.training import TrainPlan
 
-    if tp is None and pp is None and dp is None and micro is None and recompute is None and ep is None:
+    given = (tp, pp, dp, micro, recompute, ep, cp, virtual_stages)
+    if all(option is None for option in given):
         return None
-    t, p = tp or 1, pp or 1
+    t, c, p = tp or 1, cp or 1, pp or 1
     if dp is None:
-        if gpus % (t * p):
-            fail(f"--tp x --pp = {t * p} must divide --gpus {gpus}")
-        dp = gpus // (t * p)
-    if t * p * dp != gpus:
-        fail(f"--tp x --pp x --dp = {t} x {p} x {dp} = {t * p * dp}, not the {gpus} GPUs of --gpus")
+        if gpus % (t * c * p):
+            fail(f"--tp x --cp x --pp = {t * c * p} must divide --gpus {gpus}")
+        dp = gpus // (t * c * p)
+    if t * c * p * dp != gpus:
+        fail(f"--tp x --cp x --pp x --dp = {t} x {c} x {p} x {dp} = {t * c * p * dp}, not the {gpus} GPUs of --gpus")
     e = ep or 1
     if dp % e:
         fail(f"--ep {e} must divide the data-parallel degree {dp} (expert parallelism spreads experts over DP ranks)")
-    return TrainPlan(tp=t, pp=p, dp=dp, ep=e, micro_batch=micro or 1, recompute=bool(recompute))
+    v = virtual_stages or 1
+    if v > 1 and p == 1:
+        fail(f"--virtual-stages {v} needs a pipeline: give --pp (interleaving splits each pipeline rank's layers)")
+    return TrainPlan(tp=t, cp=c, pp=p, dp=dp, ep=e, micro_batch=micro or 1, virtual_stages=v, recompute=bool(recompute))
 
 
 def _global_batch(given: int | None, seq_len: int, unit: int) -> int:
@@ -130,7 +136,15 @@ def train(
         int | None, typer.Option("--global-batch", min=1, max=1 << 24, help="Sequences per step (default: ~4M tokens).")
     ] = None,
     tp: Annotated[int | None, typer.Option("--tp", min=1, help="Tensor parallel.")] = None,
+    cp: Annotated[
+        int | None,
+        typer.Option("--cp", min=1, help="Context parallel: ranks that split each sequence (long contexts)."),
+    ] = None,
     pp: Annotated[int | None, typer.Option("--pp", min=1, help="Pipeline stages.")] = None,
+    virtual_stages: Annotated[
+        int | None,
+        typer.Option("--virtual-stages", min=1, help="Interleaved pipeline: model chunks per pipeline rank."),
+    ] = None,
     dp: Annotated[int | None, typer.Option("--dp", min=1, help="Data parallel (default: what is left).")] = None,
     ep: Annotated[int | None, typer.Option("--ep", min=1, help="Expert parallel (MoE), over the DP ranks.")] = None,
     micro_batch: Annotated[int | None, typer.Option("--micro-batch", min=1, help="Sequences per micro-batch.")] = None,
@@ -154,8 +168,12 @@ def train(
 
       rackscale perf train -m deepseek-v3 -g gb200 -n 512 -p fp8 --pp 16 --ep 32 --recompute --vs b200
 
-    Any of --tp/--pp/--dp/--ep/--micro-batch/--recompute gives the plan (checked: tp x pp x dp = --gpus, and it
-    must fit HBM); none of them: the fastest plan that fits. With --vs the other system runs the same plan
+      rackscale perf train -m llama-3.1-405b -g h100 -n 16384 --seq-len 131072 --global-batch 128 \
+        --tp 8 --cp 16 --pp 16 --virtual-stages 8 --recompute
+
+    Any of --tp/--cp/--pp/--dp/--ep/--micro-batch/--virtual-stages/--recompute gives the plan (checked: tp x cp
+    x pp x dp = --gpus, and it must fit HBM); none of them: the fastest plan that fits (searched without CP or
+    interleaving). With --vs the other system runs the same plan
     (given) or its own fastest one.
     """
     from rackscale.llm.training import TrainWorkload
@@ -164,11 +182,26 @@ def train(
     system = resolve_system(gpu, domain=domain)
     other = None if vs is None else resolve_system(vs, option="--vs")
     prec = resolve_precision(precision, system.gpu)
-    plan = _plan(gpus, tp=tp, pp=pp, dp=dp, micro=micro_batch, recompute=recompute, ep=ep)
+    plan = _plan(
+        gpus,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        micro=micro_batch,
+        recompute=recompute,
+        ep=ep,
+        cp=cp,
+        virtual_stages=virtual_stages,
+    )
     if plan is not None and plan.ep > 1 and (not loaded.spec.is_moe or loaded.spec.experts % plan.ep):
         fail(f"--ep {plan.ep} needs a MoE model whose {loaded.spec.experts} experts it divides ({loaded.spec.name})")
-    if plan is not None and plan.pp > loaded.spec.layers:
-        fail(f"--pp {plan.pp} is more than the {loaded.spec.layers} layers of {loaded.spec.name}")
+    if plan is not None and plan.pp * plan.virtual_stages > loaded.spec.layers + 2:
+        what = f"--pp {plan.pp}" + (f" x --virtual-stages {plan.virtual_stages}" if plan.virtual_stages > 1 else "")
+        fail(
+            f"{what} is more chunks than the {loaded.spec.layers} layers of {loaded.spec.name} (and embedding, output)"
+        )
+    if plan is not None and plan.cp > 1 and seq_len % (2 * plan.cp):
+        fail(f"--seq-len {seq_len} must split into 2 x --cp = {2 * plan.cp} equal chunks (each CP rank takes two)")
     unit = gpus if plan is None else plan.dp * plan.micro_batch
     batch = _global_batch(global_batch, seq_len, unit)
     if plan is not None and batch % unit:
@@ -212,7 +245,9 @@ def _run_dict(run: Run) -> dict[str, Any]:
 
 
 def _plan_label(plan: TrainPlan) -> str:
-    text = f"TP{plan.tp} PP{plan.pp} DP{plan.dp}" + (f" EP{plan.ep}" if plan.ep > 1 else "") + f" mb{plan.micro_batch}"
+    text = f"TP{plan.tp}" + (f" CP{plan.cp}" if plan.cp > 1 else "") + f" PP{plan.pp}"
+    text += f" (V{plan.virtual_stages})" if plan.virtual_stages > 1 else ""
+    text += f" DP{plan.dp}" + (f" EP{plan.ep}" if plan.ep > 1 else "") + f" mb{plan.micro_batch}"
     return text + (" recompute" if plan.recompute else "")
 
 
@@ -234,7 +269,7 @@ def _term_rows(runs: list[Run]) -> list[dict[str, str]]:
     terms = (
         ("compute", "compute_s"), ("pp-bubble", "bubble_s"), ("tp-all-reduce", "tp_comm_s"),
         ("pp-send", "pp_comm_s"), ("dp-all-reduce", "dp_comm_s"), ("ep-all-to-all", "ep_comm_s"),
-        ("step", "step_s"),
+        ("cp-all-gather", "cp_comm_s"), ("step", "step_s"),
     )  # fmt: skip
     names = [r.system.name for r in runs]
     if len(set(names)) < len(names):  # --vs the same system (another precision or plan): keep both columns

@@ -69,7 +69,7 @@ def train_layout(plan: TrainPlan, counts: Sequence[int], regions: int = 1) -> tu
     position in a model copy, all-reducing at once: the one spread over the most racks (then with the
     fewest members in one rack) sets the step.
     """
-    shard = plan.tp * plan.pp
+    shard = plan.shard_gpus
     straddle = next((n % plan.tp for n in counts if n % plan.tp), 0)
     if straddle:
         domain = max(straddle, plan.tp - straddle)  # the split TP group's larger part: TP and PP on the NIC

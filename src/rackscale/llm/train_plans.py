@@ -4,7 +4,8 @@ Memory per GPU (mixed precision with a distributed optimizer, as Megatron-LM tra
 ``params / (tp x pp) x (2 weights + 2 gradients + 12 / dp optimizer: FP32 master, momentum, variance)``
 plus activations: with full recomputation one BF16 layer input per layer and micro-batch sequence
 (``2 s h`` bytes); without, ``s h (34 + 5 a s / h) / tp`` bytes per layer (Korthikanti et al. 2022, eq. 2),
-times the micro-batches in flight (``pp`` under 1F1B).
+times the micro-batches in flight (``pp`` under 1F1B). Context parallelism keeps ``s / cp`` of each sequence
+on a rank (its queries against all ``s`` keys in the score term) and shards the optimizer over ``dp x cp``.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ EP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 def train_memory_bytes(work: TrainWorkload, plan: TrainPlan) -> float:
     model = work.model
     shard = (model.total_params() - model.expert_params_total() * (1.0 - 1.0 / plan.ep)) / (plan.tp * plan.pp)
-    states = shard * (2.0 + 2.0 + 12.0 / plan.dp)
+    states = shard * (2.0 + 2.0 + 12.0 / (plan.dp * plan.cp))
     s, h, a = work.seq_len, model.hidden, model.heads
+    local = s / plan.cp
     layers = model.layers / plan.pp
     if plan.recompute:
-        act = 2.0 * s * h * plan.micro_batch * layers
+        act = 2.0 * local * h * plan.micro_batch * layers
     else:
-        act = s * h * (34.0 + 5.0 * a * s / h) / plan.tp * plan.micro_batch * layers
+        act = local * h * (34.0 + 5.0 * a * s / h) / plan.tp * plan.micro_batch * layers
     in_flight = min(plan.pp, max(1, work.global_batch // (plan.dp * plan.micro_batch)))
     return states + act * in_flight
 

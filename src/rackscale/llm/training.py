@@ -8,6 +8,10 @@
 - **TP all-reduces**: 4 per layer per micro-batch (2 forward, 2 backward; 2 more when recomputing) of the
   micro-batch's activations, on the TP group's tier, not overlapped;
 - **PP sends**: activations forward and gradients back across each stage boundary, per micro-batch;
+- **CP all-gathers** (context parallel, ``cp`` ranks share each sequence, Llama 3's all-gather form): every
+  layer gathers the whole sequence's keys and values of the rank's KV heads in the forward pass and
+  reduce-scatters their gradients in the backward pass (again when recomputing), on the CP group's tier,
+  not overlapped (Llama 3 puts it on the critical path); each rank computes its ``1 / cp`` of the tokens;
 - **EP all-to-all** (MoE): each MoE layer's dispatch and combine, forward and backward, over the EP group's
   tier (NVLink when the group fits a domain);
 - **DP gradient all-reduce**: BF16 gradients of the GPU's shard, hierarchical: inside a domain over NVLink,
@@ -38,6 +42,7 @@ class TrainEfficiency:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainPlan:
     tp: int = 1
+    cp: int = 1  # context parallel: ranks that split each sequence (laid out between TP and PP, as Llama 3)
     pp: int = 1
     dp: int = 1
     ep: int = 1  # expert parallel (MoE): routed experts spread over ``ep`` of the DP ranks
@@ -47,11 +52,17 @@ class TrainPlan:
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def shard_gpus(self) -> int:
+        """GPUs of one model replica's data-parallel rank: TP x CP x PP (the ranks a DP group strides over)."""
+        return self.tp * self.cp * self.pp
 
     def as_dict(self) -> dict[str, object]:
         return {
             "tp": self.tp,
+            "cp": self.cp,
             "ep": self.ep,
             "pp": self.pp,
             "dp": self.dp,
@@ -78,6 +89,7 @@ class TrainStep:
     pp_comm_s: float
     dp_comm_s: float
     ep_comm_s: float = 0.0
+    cp_comm_s: float = 0.0
     tokens: float
     model_flops: float  # 6 N tokens
     counted_flops: float  # what the step computes (recomputation and attention included)
@@ -86,7 +98,15 @@ class TrainStep:
 
     @property
     def step_s(self) -> float:
-        return self.compute_s + self.bubble_s + self.tp_comm_s + self.pp_comm_s + self.dp_comm_s + self.ep_comm_s
+        return (
+            self.compute_s
+            + self.bubble_s
+            + self.tp_comm_s
+            + self.pp_comm_s
+            + self.dp_comm_s
+            + self.ep_comm_s
+            + self.cp_comm_s
+        )
 
     @property
     def tokens_per_s(self) -> float:
@@ -110,6 +130,7 @@ class TrainStep:
             "pp-send": self.pp_comm_s,
             "dp-all-reduce": self.dp_comm_s,
             "ep-all-to-all": self.ep_comm_s,
+            "cp-all-gather": self.cp_comm_s,
         }
         return max(terms, key=terms.__getitem__)
 
@@ -125,14 +146,15 @@ class TrainStep:
             "pp_send_s": self.pp_comm_s,
             "dp_all_reduce_s": self.dp_comm_s,
             "ep_all_to_all_s": self.ep_comm_s,
+            "cp_all_gather_s": self.cp_comm_s,
             "dominant": self.dominant,
         }
 
 
 def dp_span(plan: TrainPlan, domain_gpus: int, size: int | None = None) -> Span:
     """The data-parallel group of one model shard (or its first ``size`` ranks: an EP group): ``domain //
-    (tp x pp)`` of its ranks share a domain."""
-    per_domain = max(1, domain_gpus // max(plan.tp * plan.pp, 1))
+    (tp x cp x pp)`` of its ranks share a domain."""
+    per_domain = max(1, domain_gpus // max(plan.shard_gpus, 1))
     return Span.packed(plan.dp if size is None else size, per_domain)
 
 
@@ -165,20 +187,21 @@ def train_step(
     compute = counted / (plan.gpus * peak * eff.compute)
     bubble = compute * (plan.pp - 1) / (plan.virtual_stages * m)
     layers_stage = model.layers / plan.pp
-    act = plan.micro_batch * work.seq_len * model.hidden * ACT_BYTES
+    seq_rank = work.seq_len / plan.cp  # tokens of each sequence one CP rank holds
+    act = plan.micro_batch * seq_rank * model.hidden * ACT_BYTES
     tp_span = Span.packed(plan.tp, domain_gpus)
     per_layer = 6 if plan.recompute else 4
     tp_comm = m * layers_stage * per_layer * all_reduce_s(links, tp_span, act) if plan.tp > 1 else 0.0
     pp_comm = 0.0
     if plan.pp > 1:
-        crosses = plan.tp * plan.pp > domain_gpus
+        crosses = plan.shard_gpus > domain_gpus
         bw = links.nic_bytes_s if crosses else links.nvlink_bytes_s
         pp_comm = 2 * m * plan.virtual_stages * (act / plan.tp) / bw
     dp_comm = 0.0
     if plan.dp > 1:
         # expert gradients are shared by dp / ep replicas only (each EP rank holds its own experts)
         params = model.total_params() - model.expert_params_total() * (1.0 - 1.0 / plan.ep)
-        grads = params / (plan.tp * plan.pp) * GRAD_BYTES
+        grads = params / (plan.tp * plan.pp) * GRAD_BYTES  # CP ranks hold whole layers: they all-reduce too
         span = dp_layout if dp_layout is not None else dp_span(plan, domain_gpus)
         dp_comm = all_reduce_s(links, span, grads, algorithm=AllReduce.HIERARCHICAL, slowdown=slowdown)
     ep_comm = 0.0
@@ -186,10 +209,20 @@ def train_step(
         # per MoE layer and micro-batch: dispatch + combine forward, twice that backward, again if recomputed;
         # the EP group is ``ep`` DP ranks, laid out like the DP group (``domain // (tp x pp)`` per domain)
         ep_group = dp_span(plan, domain_gpus, plan.ep)
-        send = plan.micro_batch * work.seq_len / plan.tp * model.top_k * model.hidden * ACT_BYTES
+        send = plan.micro_batch * seq_rank / plan.tp * model.top_k * model.hidden * ACT_BYTES
         passes_a2a = 6 if plan.recompute else 4
         moe_layers_stage = model.moe_layers / plan.pp
         ep_comm = m * moe_layers_stage * passes_a2a * all_to_all_s(links, ep_group, send, slowdown=slowdown)
+    cp_comm = 0.0
+    if plan.cp > 1:
+        # one all-gather of the sequence's K and V (the rank's share of the KV heads) forward, one reduce-scatter
+        # of their gradients backward: together the bytes of one all-reduce; a recomputed forward gathers again
+        kv_layer = model.kv_bytes_per_token(Precision.BF16) / model.layers * work.seq_len * plan.micro_batch
+        # TP splits GQA's KV heads; MLA's latent is shared by every head, so each TP rank gathers all of it
+        kv_rank = kv_layer / (1 if model.uses_mla else min(plan.tp, model.kv_heads))
+        cp_group = Span.packed(plan.cp, max(1, domain_gpus // plan.tp))
+        gather_s = all_reduce_s(links, cp_group, kv_rank, slowdown=slowdown) * (1.5 if plan.recompute else 1.0)
+        cp_comm = m * layers_stage * gather_s
     return TrainStep(
         compute_s=compute,
         bubble_s=bubble,
@@ -197,6 +230,7 @@ def train_step(
         pp_comm_s=pp_comm,
         dp_comm_s=dp_comm,
         ep_comm_s=ep_comm,
+        cp_comm_s=cp_comm,
         tokens=tokens,
         model_flops=6.0 * model.active_params() * tokens,
         counted_flops=counted,
