@@ -3,9 +3,12 @@
 Memory per GPU (mixed precision with a distributed optimizer, as Megatron-LM trains):
 ``params / (tp x pp) x (2 weights + 2 gradients + 12 / dp optimizer: FP32 master, momentum, variance)``
 plus activations: with full recomputation one BF16 layer input per layer and micro-batch sequence
-(``2 s h`` bytes); without, ``s h (34 + 5 a s / h) / tp`` bytes per layer (Korthikanti et al. 2022, eq. 2),
-times the micro-batches in flight (``pp`` under 1F1B). Context parallelism keeps ``s / cp`` of each sequence
-on a rank (its queries against all ``s`` keys in the score term) and shards the optimizer over ``dp x cp``.
+(``2 s h`` bytes); without, ``34 s h / tp`` bytes per layer (Korthikanti et al. 2022: eq. 2 with tensor and
+sequence parallelism is ``s h (34 + 5 a s / h) / tp``; the second term is the attention scores, softmax
+and dropout mask, ``a s^2`` per layer, which a fused attention kernel never stores: FlashAttention, Dao
+et al. 2022, as every current training stack runs; the paper's selective recomputation drops the same
+term), times the micro-batches in flight (``pp`` under 1F1B). Context parallelism keeps ``s / cp`` of each sequence
+on a rank and shards the optimizer over ``dp x cp``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from rackscale.llm.serving import links_of
 from rackscale.llm.training import TrainEfficiency, TrainPlan, TrainStep, TrainWorkload, train_step
 
 HBM_USABLE = 0.9
+# Korthikanti et al. 2022 (eq. 2, tensor + sequence parallel): bytes a layer keeps per token and hidden unit
+# for its backward pass, attention scores excluded (a fused attention kernel keeps none).
+ACT_BYTES_PER_TOKEN_HIDDEN = 34.0
 TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 PP_CHOICES = (1, 2, 4, 8, 16, 32)
 EP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
@@ -29,13 +35,12 @@ def train_memory_bytes(work: TrainWorkload, plan: TrainPlan) -> float:
     model = work.model
     shard = (model.total_params() - model.expert_params_total() * (1.0 - 1.0 / plan.ep)) / (plan.tp * plan.pp)
     states = shard * (2.0 + 2.0 + 12.0 / (plan.dp * plan.cp))
-    s, h, a = work.seq_len, model.hidden, model.heads
-    local = s / plan.cp
+    local, h = work.seq_len / plan.cp, model.hidden
     layers = model.layers / plan.pp
     if plan.recompute:
         act = 2.0 * local * h * plan.micro_batch * layers
     else:
-        act = local * h * (34.0 + 5.0 * a * s / h) / plan.tp * plan.micro_batch * layers
+        act = local * h * ACT_BYTES_PER_TOKEN_HIDDEN / plan.tp * plan.micro_batch * layers
     in_flight = min(plan.pp, max(1, work.global_batch // (plan.dp * plan.micro_batch)))
     return states + act * in_flight
 
