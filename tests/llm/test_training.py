@@ -130,3 +130,21 @@ def test_interleaved_stages_shrink_the_bubble_as_llama3_states() -> None:
     eight = _step("h100", TrainPlan(tp=8, pp=16, dp=64, virtual_stages=8), work)
     assert one.bubble_s / one.compute_s == pytest.approx(15 / 32)
     assert eight.bubble_s / eight.compute_s == pytest.approx(15 / 256)
+
+
+def test_activation_memory_grows_linearly_with_the_sequence_as_fused_attention_keeps_no_scores() -> None:
+    """Korthikanti et al.'s 34 s h / tp bytes per layer and micro-batch in flight; the a s^2 attention scores
+    of their eq. 2 are never stored by a fused (flash) attention kernel, so doubling s doubles activations."""
+    plan = TrainPlan(tp=8, pp=16, dp=1)
+    model = model_named("llama-3.1-405b")
+
+    def memory(seq: int) -> float:
+        return train_memory_bytes(
+            TrainWorkload(model=model, precision=Precision.BF16, seq_len=seq, global_batch=16), plan
+        )
+
+    # the states (weights, gradients, optimizer) do not depend on the sequence: differences are activations
+    one, two, four = memory(8192), memory(16384), memory(32768)
+    assert four - two == pytest.approx(2 * (two - one))
+    per_layer = 34 * 8192 * model.hidden / 8
+    assert two - one == pytest.approx(per_layer * model.layers / 16 * 16)  # 126/16 layers, 16 micro-batches in flight
