@@ -275,6 +275,11 @@ TRAIN_ERRORS = [
     pytest.param(
         (*TRAIN, "--tp", "8", "--cp", "4", "--seq-len", "4100"), "must split into 2 x --cp = 8 equal", id="cp-seq"
     ),
+    pytest.param(
+        ("perf", "train", "-m", "llama-3.1-8b", "-g", "h100", "-n", "33", "--pp", "33"),
+        "--pp 33 is more than the 32 layers",
+        id="pp-over-layers",
+    ),
     pytest.param((*TRAIN, "--tp", "1"), "does not fit H100 x8", id="does-not-fit"),
     pytest.param((*TRAIN, "--tp", "8", "--global-batch", "100"), "multiple of dp x micro-batch = 8", id="batch"),
     pytest.param(

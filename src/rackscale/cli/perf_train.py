@@ -195,10 +195,13 @@ def train(
     )
     if plan is not None and plan.ep > 1 and (not loaded.spec.is_moe or loaded.spec.experts % plan.ep):
         fail(f"--ep {plan.ep} needs a MoE model whose {loaded.spec.experts} experts it divides ({loaded.spec.name})")
+    if plan is not None and plan.pp > loaded.spec.layers:
+        fail(f"--pp {plan.pp} is more than the {loaded.spec.layers} layers of {loaded.spec.name}")
     if plan is not None and plan.pp * plan.virtual_stages > loaded.spec.layers + 2:
-        what = f"--pp {plan.pp}" + (f" x --virtual-stages {plan.virtual_stages}" if plan.virtual_stages > 1 else "")
+        # Llama 3's layout: one layer per chunk at most, plus an embedding-only and an output-only chunk
         fail(
-            f"{what} is more chunks than the {loaded.spec.layers} layers of {loaded.spec.name} (and embedding, output)"
+            f"--pp {plan.pp} x --virtual-stages {plan.virtual_stages} is more chunks than the {loaded.spec.layers} "
+            f"layers of {loaded.spec.name} (and embedding, output)"
         )
     if plan is not None and plan.cp > 1 and seq_len % (2 * plan.cp):
         fail(f"--seq-len {seq_len} must split into 2 x --cp = {2 * plan.cp} equal chunks (each CP rank takes two)")
@@ -290,7 +293,7 @@ def train_assumptions(work: TrainWorkload, run: Run) -> list[str]:
         *precision_lines(gpu, work.precision),
         f"{gpu.name} training kernels at {training_efficiency(gpu).compute:.1%} of the dense peak, "
         f"{calibration_note('training')}.",
-        "Mixed precision, distributed optimizer (2 + 2 + 12/dp bytes per parameter), 1F1B pipeline; the DP "
+        "Mixed precision, distributed optimizer (2 + 2 + 12/(dp x cp) bytes per parameter), 1F1B pipeline; the DP "
         "gradient all-reduce is hierarchical and not overlapped with the backward pass (conservative).",
         "MFU = 6 x active parameters x tokens / (step x GPUs x dense peak); TFLOP/s/GPU counts attention and "
         "recomputation too. A prediction of the model, not a measurement.",
