@@ -6,7 +6,7 @@ given beside each rack. Every cluster is 2 nodes x 4 GPUs per rack.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from builders import ClusterBuilder, node_index, placed, placed_names, racks_of, run_cycle, snapshot
@@ -56,6 +56,8 @@ def h(gpus: int, **kw: object) -> JobSpec:
     kw.setdefault("priority", 10)
     return training("h", gpus, **kw)
 
+
+SVC = inference("svc", 1, gpus_per_replica=4, min_replicas=1, max_replicas=3, spread_racks=1, priority=10)
 
 WHO_IS_PREEMPTED = {
     # region-0
@@ -150,10 +152,27 @@ WHO_IS_PREEMPTED = {
         want_victims={"a", "b"},
         want_placed={"svc": [0]},
     ),
-    # The same service, allowed to start with one replica: one victim, the cheaper.
-    "a-service-that-may-start-smaller-preempts-for-its-minimum": Case(
+    # The same service, allowed to start with one replica: it still frees room for the two it asks for (a
+    # start asks for what its load needs; room for its minimum alone left it short until the autoscaler's
+    # ticks added one replica each).
+    "a-service-that-may-start-smaller-preempts-for-all-it-asks": Case(
         cluster(1).with_running("a", on={(0, 0): 4}, priority=1).with_running("b", on={(0, 1): 4}, priority=2),
         [inference("svc", 2, gpus_per_replica=4, min_replicas=1, spread_racks=1, priority=10)],
+        want_victims={"a", "b"},
+        want_placed={"svc": [0]},
+    ),
+    # region-0
+    # ├── r000: n00 [ssss] n01 [aaaa]   svc: 10 (one replica running), a: 1
+    # └── r001: n00 [bbbb] n01 [cccc]   b: 2, c: 2
+    # A running service's scale-up to three replicas (``units`` 3, ``min_units`` 2: one more than it runs)
+    # frees room for one replica: a alone, not b and c for two.
+    "a-scale-up-preempts-for-one-replica": Case(
+        cluster()
+        .with_running("svc", on={(0, 0): 4}, spec=SVC, priority=10)
+        .with_running("a", on={(0, 1): 4}, priority=1)
+        .with_running("b", on={(1, 0): 4}, priority=2)
+        .with_running("c", on={(1, 1): 4}, priority=2),
+        [replace(SVC, units=3, min_units=2)],
         want_victims={"a"},
         want_placed={"svc": [0]},
     ),

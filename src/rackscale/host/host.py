@@ -50,6 +50,9 @@ class HostOptions:
     - ``batch_serving``: the services' accounting of many consecutive instants is added in one numpy pass
       (``host/serve_batch.py``); the serving KPIs lag until ``flush_serving`` (the simulator's, which reads
       its KPIs once, at the end; the service reads them live).
+    - ``services_start_at_model``: a service whose replicas follow its model starts at the replicas the
+      model asks for at that instant (``ServicesMixin._start_request``; the simulator's, whose autoscaler
+      follows the model at every tick); otherwise at its ``replicas``, as a Deployment does.
     """
 
     explain: bool = True
@@ -58,6 +61,7 @@ class HostOptions:
     max_restarts: int | None = None
     defaults: RuntimeDefaults = field(default_factory=RuntimeDefaults)
     batch_serving: bool = False
+    services_start_at_model: bool = False
 
 
 class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
@@ -117,7 +121,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
         r = JobRun(spec, work)
         self.runs[spec.name] = r
         self.specs[spec.name] = spec
-        self._enqueue(spec)
+        self._enqueue(self._start_request(r, spec.submit_time))
         return r
 
     def restore(self, spec: JobSpec, placement: Placement, *, started: float, now: float) -> None:
@@ -344,7 +348,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
             self._fail(r, f"stopped {r.restarts} times (last: {why}); gave up", now)
             return
         r.status = RunStatus.PENDING
-        self._enqueue(r.spec)
+        self._enqueue(self._start_request(r, now))
 
     def _fail(self, r: JobRun, reason: str, now: float) -> None:
         if r.status.ended:

@@ -88,6 +88,7 @@ class ScalingMixin:
     if TYPE_CHECKING:  # the host's and its services'
 
         def _enqueue(self, spec: JobSpec) -> None: ...
+        def _start_request(self, r: JobRun, now: float) -> JobSpec: ...
         def _dequeue(self, name: str) -> None: ...
         def _scale_up(self, r: JobRun, have: int, want: int) -> None: ...
         def _scale_down(self, r: JobRun, n: int) -> None: ...
@@ -233,8 +234,8 @@ class ScalingMixin:
         before = f"{old.min_units or 1}-{replica_bounds(old)[1]}"
         what = f"replicas {before} -> {lo or 1}-{replica_bounds(spec)[1]}"
         rj = self.state.running.get(name)
-        if rj is None:  # not started: it waits with the new bounds (its start asks for minReplicas)
-            self._enqueue(spec)
+        if rj is None:  # not started: it waits with the new bounds (its start request, within them)
+            self._enqueue(self._start_request(r, now))
             return what
         have = rj.placement.units
         want_lo, want_hi = replica_bounds(spec)

@@ -44,9 +44,12 @@ from rackscale.llm.jobs import ReplicaServing
 from rackscale.model.placement import Placement
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster
-from rackscale.model.workload import JobSpec, ScaleFallback, ServingProfile
+from rackscale.model.workload import JobKind, JobSpec, ScaleFallback, ServingProfile
 from rackscale.scheduler import PendingQueue
 from rackscale.scheduler.cycles import CycleDriver
+
+if TYPE_CHECKING:
+    from rackscale.host.host import HostOptions
 
 _DEFAULT_PROFILE = ServingProfile()
 
@@ -104,6 +107,7 @@ class _LiveScaling:
 
 class ServicesMixin:
     cluster: GPUCluster
+    options: HostOptions
     state: ClusterState
     pending: PendingQueue
     kpi: KpiAccumulator
@@ -241,16 +245,41 @@ class ServicesMixin:
             self._live_scaling = _LiveScaling()
         return self._live_scaling
 
-    def _modelled(self, r: JobRun, now: float) -> tuple[int, str]:
-        """Replicas the service's own model asks for now (its daily curve over its replicas' capacity)."""
+    def _modelled(self, r: JobRun, now: float, *, replica_tps: float | None = None) -> tuple[int, str]:
+        """Replicas the service's own model asks for now (its daily curve over its replicas' capacity:
+        ``replica_tps``, else what its running replicas serve)."""
         prof = self._profile(r.spec)
         lo, hi = replica_bounds(r.spec)
         demand = serving.demand_tokens_per_s(prof, now)
+        tps = r.replica_tps if replica_tps is None else replica_tps
         want = serving.desired_replicas(
-            demand_tps=demand, replica_tps=r.replica_tps, target=prof.target_utilisation, lo=lo, hi=hi
+            demand_tps=demand, replica_tps=tps, target=prof.target_utilisation, lo=lo, hi=hi
         )
-        how = f"{r.replica_tps:,.0f} tokens/s per replica at {prof.target_utilisation:.0%}"
+        how = f"{tps:,.0f} tokens/s per replica at {prof.target_utilisation:.0%}"
         return want, f"load {demand:,.0f} tokens/s (the service's model), {how}"
+
+    def _start_request(self, r: JobRun, now: float) -> JobSpec:
+        """What a job that is not running asks the scheduler for: its spec, except on a host whose services
+        start at their model (``HostOptions.services_start_at_model``, the simulator's). There a service whose
+        replicas follow its model (bounds and no load query) starts at the replicas the model asks for now,
+        within its bounds, as the next tick would scale it: not at all of its ``replicas``, which over-asks
+        off-peak, and not at ``minReplicas``, which under-asks at the peak. Its placement still needs only
+        ``minReplicas``; a victim search frees room for all it asks (``scheduler.preemption``). The live
+        service starts a service at its ``replicas``, as a Deployment does, and its HPA-like autoscaler
+        (stabilised) takes it from there.
+
+        Why: a service that took the one large gang's racks got every replica from the freed room, and one
+        that took several small jobs' GPUs got its minimum, then one replica a tick while its users missed
+        their SLO (docs/benchmarks.md, "Where a service's SLO goes when it preempts small jobs")."""
+        spec = r.spec
+        if not self.options.services_start_at_model or spec.kind is not JobKind.INFERENCE or not autoscaled(spec):
+            return spec
+        if spec.autoscale is not None and spec.autoscale.query is not None and spec.autoscale.target is not None:
+            return spec  # its load comes from its query, read once it runs: it starts at its replicas
+        # Not placed yet: one replica's capacity on a packed layout (what the placer gives when it can).
+        packed = Layout.packed(self.cluster, max(spec.unit.gpus, 1))
+        want, _ = self._modelled(r, now, replica_tps=replica_tokens_per_s(self.cluster, spec, packed, speed=r.speed))
+        return spec if want == spec.units else replace(spec, units=want)
 
     def _desired(self, r: JobRun, now: float, reading: Reading | None, have: int) -> tuple[int, str] | str:
         """``(replicas, why)`` from the service's query (or its model), or why it holds where it is."""

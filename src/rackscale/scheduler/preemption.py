@@ -36,10 +36,15 @@ def lost_work(rj: RunningJob, now: float) -> float:
 
 
 def _replicas_needed(job: JobSpec, state: StateView) -> int:
-    """The replicas an inference job must get to be placed: its ``min_units`` (else all of them) less those it
-    runs, at least one (as ``GangPlacement._place`` asks)."""
+    """The replicas an inference job's victims make room for. A service that is not running: all it asks
+    (``units``; the host asks for what its load needs now, see ``ServicesMixin._start_request``), though its
+    placement needs only ``min_units``: room for the minimum alone left services short of their load until the
+    autoscaler's ticks added one replica each. A running service's scale-up: what its placement must get
+    (``min_units`` less those it runs: one replica), as ``GangPlacement._place`` asks."""
     held = state.running.get(job.name)
-    return max(job.required_units - (held.placement.units if held is not None else 0), 1)
+    if held is None:
+        return max(job.units, 1)
+    return max(job.required_units - held.placement.units, 1)
 
 
 def _healthy_whole_by_node(state: StateView, rj: RunningJob, rack: int) -> dict[int, int]:
@@ -93,9 +98,9 @@ class CheapestVictims:
             w = unit.gpus if 0 < unit.gpus <= state.max_node_gpus else 1
             units = 1 if 0 < unit.gpus <= state.max_node_gpus else max(1, unit.gpus)
             if job.kind is JobKind.INFERENCE and unit.gpus > 0:
-                # Room for the replicas the placement will ask for (``GangPlacement``: ``min_units`` less
-                # those running), not one: room for fewer is rolled back, and the service waits, preempting
-                # no one, however low the priority of what holds the rack.
+                # Room for the replicas it asks for (``_replicas_needed``), not one: room for fewer than
+                # its placement needs is rolled back, and the service waits, preempting no one, however low
+                # the priority of what holds the rack.
                 units *= _replicas_needed(job, state)
         else:
             w, units = unit.gpus, job.units

@@ -45,6 +45,7 @@ class Simulator(FailuresMixin, MaintenanceMixin, SchedulesMixin, ClusterHost):
                 estimates=Estimates(self.cfg.estimates),
                 defaults=RuntimeDefaults(runtime_s=DEFAULT_RUNTIME_S, service_s=DEFAULT_RUNTIME_S),
                 batch_serving=True,  # the KPIs are read once, at the end (after ``flush_serving``)
+                services_start_at_model=True,  # as its autoscaler's every tick: the model, unstabilised
             ),
             on_end=self._announce_end,
         )
