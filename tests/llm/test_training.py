@@ -148,3 +148,44 @@ def test_activation_memory_grows_linearly_with_the_sequence_as_fused_attention_k
     assert four - two == pytest.approx(2 * (two - one))
     per_layer = 34 * 8192 * model.hidden / 8
     assert two - one == pytest.approx(per_layer * model.layers / 16 * 16)  # 126/16 layers, 16 micro-batches in flight
+
+
+def test_unfused_attention_moves_the_scores_through_hbm_and_fused_attention_does_not() -> None:
+    """Without a fused kernel each head's s x s scores go through HBM 6.5 times forward and 9.5 times backward
+    (6.5 more when recomputing), at the memory share of the HBM bandwidth: four times the time at twice the
+    sequence; with FlashAttention, none."""
+    model = model_named("llama-3.1-70b")
+    plan = TrainPlan(tp=8, pp=4, dp=8, recompute=True)
+    a100 = system_named("a100")
+
+    def unfused(seq: int, batch: int) -> float:
+        work = TrainWorkload(
+            model=model, precision=Precision.BF16, seq_len=seq, global_batch=batch, fused_attention=False
+        )
+        return _step("a100", plan, work).attention_hbm_s
+
+    m = 512 // 8  # micro-batches per step
+    scores = model.heads / 8 * 4096 * 4096 * 2  # bytes of one micro-batch's scores on one TP rank, per layer
+    passes = 6.5 * 2 + 9.5
+    eff = training_efficiency(a100.gpu)
+    want = m * model.layers / 4 * passes * scores / (a100.gpu.hbm_bytes_per_s * eff.memory)
+    assert unfused(4096, 512) == pytest.approx(want)
+    assert unfused(8192, 256) == pytest.approx(2 * unfused(4096, 512))  # same tokens: half the sequences, s^2 x4
+    fused = _step("a100", plan)
+    assert fused.attention_hbm_s == 0.0
+    slow = _step("a100", plan, TrainWorkload(model=model, precision=Precision.BF16, seq_len=4096, global_batch=512,
+                                            fused_attention=False))  # fmt: skip
+    assert slow.step_s == pytest.approx(fused.step_s + slow.attention_hbm_s * (1 + 3 / m))  # its bubble grows too
+
+
+def test_unfused_attention_keeps_the_scores_for_the_backward_pass() -> None:
+    """Korthikanti et al.'s 5 a s^2 bytes per layer and micro-batch (over tp) come back without a fused kernel."""
+    model = model_named("llama-3.1-70b")
+    plan = TrainPlan(tp=8, pp=4, dp=1)
+
+    def memory(fused: bool) -> float:
+        work = TrainWorkload(model=model, precision=Precision.BF16, seq_len=4096, global_batch=4, fused_attention=fused)
+        return train_memory_bytes(work, plan)
+
+    in_flight, layers = 4, model.layers / 4
+    assert memory(False) - memory(True) == pytest.approx(5 * model.heads * 4096 * 4096 / 8 * layers * in_flight)

@@ -85,7 +85,6 @@ KNOWN_MISSES: dict[str, str] = {
     "the published read off its curve",
     "mlperf-v5.1-dsr1-offline": "+20.4 %: both compute-bound at large batch (best plans); GB200's wider EP16 "
     "pool against B200's EP8 under the measured MoE kernels",
-    "megatron-t1-1.7b": "+23 %: a 1.7B model's small GEMMs run below the 175B-fitted efficiency",
 }
 # Measured runs whose interactivity the model misses by more than 20 % (the tests check both ways).
 KNOWN_RUN_MISSES: dict[tuple[str, int], str] = {}
@@ -313,7 +312,11 @@ def _model_of(fig: TrainingFigure) -> ModelSpec:
 def evaluate_training(fig: TrainingFigure) -> TrainingResult:
     system = system_named(fig.system)
     work = TrainWorkload(
-        model=_model_of(fig), precision=fig.precision, seq_len=fig.seq_len, global_batch=fig.global_batch
+        model=_model_of(fig),
+        precision=fig.precision,
+        seq_len=fig.seq_len,
+        global_batch=fig.global_batch,
+        fused_attention=fig.fused_attention,
     )
     plan = TrainPlan(
         tp=fig.tp,

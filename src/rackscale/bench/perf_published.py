@@ -123,6 +123,8 @@ class TrainingFigure:
     peak_fraction: float | None  # the published share of peak, if published (Megatron: hardware FLOPs utilisation)
     mfu: float | None  # model FLOPs utilisation, where the source reports one
     counts_recompute: bool
+    # the attention kernels the run used: fused (FlashAttention) or not (the s x s scores go through HBM)
+    fused_attention: bool = True
     aggregate_pflops: float | None = None
     conditions: str
 
@@ -356,7 +358,8 @@ MEGATRON_CONDITIONS = (
     "vocabulary 51,200, sequence 2,048, activation recomputation on, interleaved 1F1B schedule with "
     "scatter/gather; TFLOP/s counted by the paper's Eq. 3, F = 96 B s l h^2 (1 + s/6h + V/16lh), which "
     "includes the recomputation forward pass, so the share of the 312 TFLOP/s peak is hardware, not model, "
-    "utilisation (paper, sections 5 and 5.1)."
+    "utilisation (paper, sections 5 and 5.1). Attention unfused: the paper (2021) predates FlashAttention, and "
+    "Megatron-LM then ran QK^T, a fused scale-mask-softmax, dropout and x V as separate kernels."
 )
 
 
@@ -383,6 +386,7 @@ def _megatron(
         peak_fraction=share,
         mfu=None,
         counts_recompute=True,
+        fused_attention=False,
         aggregate_pflops=aggregate,
         conditions=MEGATRON_CONDITIONS,
     )

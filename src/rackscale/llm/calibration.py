@@ -65,6 +65,7 @@ class TrainingPoint:
     seq_len: int
     virtual_stages: int
     tflops_per_gpu: float  # as the paper counts: recomputation included
+    fused_attention: bool  # the run's attention kernels (``TrainWorkload.fused_attention``)
 
 
 # InferenceX's runs (perf_published.INFERENCEX_DSR1_POINTS, docs/perf-published.md): lengths uniform in
@@ -120,12 +121,13 @@ TRAINING_POINT = TrainingPoint(
     seq_len=2048,
     virtual_stages=1,
     tflops_per_gpu=153.0,
+    fused_attention=False,  # 2021: before FlashAttention (perf_published.MEGATRON_CONDITIONS)
 )
 
 # The fitted values (what fit_serving() and fit_training_compute() return; the tests re-derive them).
 SERVING_COMPUTE = 0.4741
 SERVING_STEP_OVERHEAD_S = 1.714e-3
-TRAINING_COMPUTE = 0.5470
+TRAINING_COMPUTE = 0.5836
 
 
 def serving_efficiency(gpu: GpuSpec) -> Efficiency:
@@ -182,7 +184,11 @@ def fit_serving(rounds: int = 3) -> tuple[float, float]:
 def training_tflops(point: TrainingPoint, compute: float) -> float:
     system = system_named(point.system)
     work = TrainWorkload(
-        model=model_named(point.model), precision=Precision.BF16, seq_len=point.seq_len, global_batch=point.global_batch
+        model=model_named(point.model),
+        precision=Precision.BF16,
+        seq_len=point.seq_len,
+        global_batch=point.global_batch,
+        fused_attention=point.fused_attention,
     )
     plan = TrainPlan(
         tp=point.tp,

@@ -7,7 +7,8 @@ plus activations: with full recomputation one BF16 layer input per layer and mic
 sequence parallelism is ``s h (34 + 5 a s / h) / tp``; the second term is the attention scores, softmax
 and dropout mask, ``a s^2`` per layer, which a fused attention kernel never stores: FlashAttention, Dao
 et al. 2022, as every current training stack runs; the paper's selective recomputation drops the same
-term), times the micro-batches in flight (``pp`` under 1F1B). Context parallelism keeps ``s / cp`` of each sequence
+term; a workload whose attention is not fused, ``TrainWorkload.fused_attention`` False, keeps it), times the
+micro-batches in flight (``pp`` under 1F1B). Context parallelism keeps ``s / cp`` of each sequence
 on a rank and shards the optimizer over ``dp x cp``.
 """
 
@@ -26,6 +27,7 @@ HBM_USABLE = 0.9
 # Korthikanti et al. 2022 (eq. 2, tensor + sequence parallel): bytes a layer keeps per token and hidden unit
 # for its backward pass, attention scores excluded (a fused attention kernel keeps none).
 ACT_BYTES_PER_TOKEN_HIDDEN = 34.0
+SCORE_BYTES = 5.0  # the same paper's 5 a s^2 term: per score, BF16 softmax input and output and a 1-byte mask
 TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 PP_CHOICES = (1, 2, 4, 8, 16, 32)
 EP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
@@ -40,7 +42,10 @@ def train_memory_bytes(work: TrainWorkload, plan: TrainPlan) -> float:
     if plan.recompute:
         act = 2.0 * local * h * plan.micro_batch * layers
     else:
-        act = local * h * ACT_BYTES_PER_TOKEN_HIDDEN / plan.tp * plan.micro_batch * layers
+        per_layer = local * h * ACT_BYTES_PER_TOKEN_HIDDEN
+        if not work.fused_attention:  # scores, softmax and dropout mask of each head: 5 bytes a score
+            per_layer += SCORE_BYTES * model.heads * local * work.seq_len
+        act = per_layer / plan.tp * plan.micro_batch * layers
     in_flight = min(plan.pp, max(1, work.global_batch // (plan.dp * plan.micro_batch)))
     return states + act * in_flight
 

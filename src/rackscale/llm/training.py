@@ -14,6 +14,11 @@
   not overlapped (Llama 3 puts it on the critical path); each rank computes its ``1 / cp`` of the tokens;
 - **EP all-to-all** (MoE): each MoE layer's dispatch and combine, forward and backward, over the EP group's
   tier (NVLink when the group fits a domain);
+- **attention scores through HBM** (only without a fused attention kernel, ``TrainWorkload.fused_attention``
+  False, as Megatron-LM trained in 2021): the unfused kernels write and read each head's ``s x s`` scores
+  (QK^T, scale-mask-softmax, dropout and its 1-byte mask, x V) 6.5 times forward and 9.5 times backward,
+  again forward when recomputing, at ``TrainEfficiency.memory`` of the HBM bandwidth; a stage's bubble grows
+  with it. FlashAttention (Dao et al. 2022) keeps the scores in on-chip memory: no term;
 - **DP gradient all-reduce**: BF16 gradients of the GPU's shard, hierarchical: inside a domain over NVLink,
   between domains each of the ``k`` data-parallel ranks a domain holds sends ``1/k`` over its own NIC — the
   bigger the NVLink domain, the fewer bytes per NIC. Not overlapped with backward (a conservative choice).
@@ -34,9 +39,20 @@ GRAD_BYTES = 2.0
 ACT_BYTES = 2.0
 
 
+# Unfused attention's passes over the ``s x s`` scores of a head, in units of a BF16 score matrix (the
+# kernels Megatron-LM ran in 2021: baddbmm, fused scale-mask-softmax, torch dropout, bmm). Forward: QK^T
+# writes 1; softmax reads 1, writes 1; dropout reads 1, writes 1 and a 1-byte mask (0.5); x V reads 1.
+# Backward: dV reads the dropped probabilities 1; dP writes 1; dropout's backward reads 1 + the mask 0.5 and
+# writes 1; softmax's backward reads the probabilities 1 and dP 1, writes 1; dQ and dK read the scores'
+# gradient 1 each.
+SCORE_PASSES_FORWARD = 6.5
+SCORE_PASSES_BACKWARD = 9.5
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainEfficiency:
     compute: float = 0.5  # calibrated per GPU type: see rackscale.llm.calibration
+    memory: float = 0.8  # share of HBM bandwidth a streaming kernel reaches (the serving model's assumption)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +95,9 @@ class TrainWorkload:
     precision: Precision
     seq_len: int
     global_batch: int  # sequences per optimizer step
+    # A fused attention kernel (FlashAttention: every current training stack) never moves the s x s scores
+    # through HBM; False: the unfused kernels of 2021 (Megatron-LM's published runs), which do.
+    fused_attention: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +109,7 @@ class TrainStep:
     dp_comm_s: float
     ep_comm_s: float = 0.0
     cp_comm_s: float = 0.0
+    attention_hbm_s: float = 0.0
     tokens: float
     model_flops: float  # 6 N tokens
     counted_flops: float  # what the step computes (recomputation and attention included)
@@ -100,6 +120,7 @@ class TrainStep:
     def step_s(self) -> float:
         return (
             self.compute_s
+            + self.attention_hbm_s
             + self.bubble_s
             + self.tp_comm_s
             + self.pp_comm_s
@@ -125,6 +146,7 @@ class TrainStep:
     def dominant(self) -> str:
         terms = {
             "compute": self.compute_s,
+            "attention-hbm": self.attention_hbm_s,
             "pp-bubble": self.bubble_s,
             "tp-all-reduce": self.tp_comm_s,
             "pp-send": self.pp_comm_s,
@@ -141,6 +163,7 @@ class TrainStep:
             "mfu": self.mfu,
             "achieved_tflops_per_gpu": self.achieved_tflops_per_gpu,
             "compute_s": self.compute_s,
+            "attention_hbm_s": self.attention_hbm_s,
             "bubble_s": self.bubble_s,
             "tp_all_reduce_s": self.tp_comm_s,
             "pp_send_s": self.pp_comm_s,
@@ -185,9 +208,15 @@ def train_step(
     counted = passes * (linear + attention)
     peak = gpu.flops(work.precision)
     compute = counted / (plan.gpus * peak * eff.compute)
-    bubble = compute * (plan.pp - 1) / (plan.virtual_stages * m)
     layers_stage = model.layers / plan.pp
     seq_rank = work.seq_len / plan.cp  # tokens of each sequence one CP rank holds
+    scores_hbm = 0.0
+    if not work.fused_attention:
+        # each rank's heads (1 / tp of them) score its 1 / cp of the queries against the whole sequence
+        score_passes = SCORE_PASSES_FORWARD * (2 if plan.recompute else 1) + SCORE_PASSES_BACKWARD
+        scores = plan.micro_batch * (model.heads / plan.tp) * seq_rank * work.seq_len * ACT_BYTES
+        scores_hbm = m * layers_stage * score_passes * scores / (gpu.hbm_bytes_per_s * eff.memory)
+    bubble = (compute + scores_hbm) * (plan.pp - 1) / (plan.virtual_stages * m)
     act = plan.micro_batch * seq_rank * model.hidden * ACT_BYTES
     tp_span = Span.packed(plan.tp, domain_gpus)
     per_layer = 6 if plan.recompute else 4
@@ -233,6 +262,7 @@ def train_step(
         dp_comm_s=dp_comm,
         ep_comm_s=ep_comm,
         cp_comm_s=cp_comm,
+        attention_hbm_s=scores_hbm,
         tokens=tokens,
         model_flops=6.0 * model.active_params() * tokens,
         counted_flops=counted,
