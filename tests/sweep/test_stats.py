@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from rackscale.sweep.results import aggregate, compare, estimate, t975
+from rackscale.sim.stats import estimate, t975
+from rackscale.sweep.results import aggregate, compare
 
 
 def rec(policy: str, seed: int, jct: float | None, racks: int = 1) -> dict[str, Any]:

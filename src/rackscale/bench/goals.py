@@ -9,6 +9,11 @@ seed). ``rackscale`` is judged against every other policy (the baselines):
 - training throughput and makespan no worse than the best baseline's, inference SLO attainment (each of
   the three kinds a run reports) no worse than any baseline's: seed means, no tolerance;
 - GPU-hours lost to preemption: reported beside the baselines' (what the loans and preemptions trade).
+
+Each comparison also carries its paired difference (``paired``): seed by seed, rackscale's value against
+the deciding baseline's on the same jobs (relative for JCT, throughput and makespan; in points for the SLOs),
+their mean and the half-width of its 95 % confidence interval (Student t over the seeds). ``within_noise``
+says whether that interval holds zero: a goal met or missed by less than the seeds' spread says little.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 from typing import Any
+
+from rackscale.sim.stats import estimate
 
 Result = dict[str, Any]
 
@@ -34,6 +41,44 @@ def runs_of(entry: Mapping[str, Any]) -> list[Result]:
 def _mean(xs: list[float | None]) -> float | None:
     vals = [x for x in xs if x is not None]
     return statistics.fmean(vals) if vals else None
+
+
+def paired(mine: list[Result], theirs: list[Result], key: str, *, relative: bool) -> Result | None:
+    """Seed by seed (the same seed: the same jobs), ``mine`` against ``theirs``: ``{"mean", "ci95", "seeds"}``
+    of ``x / y - 1`` (``relative``) or ``x - y``; ``ci95`` is None for one seed. None: no seed has both."""
+    by_seed = {r.get("seed"): r.get(key) for r in theirs}
+    diffs: list[float] = []
+    for r in mine:
+        x, y = r.get(key), by_seed.get(r.get("seed"))
+        if not isinstance(x, int | float) or not isinstance(y, int | float):
+            continue
+        if relative:
+            if y:
+                diffs.append(x / y - 1.0)
+        else:
+            diffs.append(x - y)
+    e = estimate(diffs)
+    return None if e is None else {"mean": e.mean, "ci95": e.ci95, "seeds": e.n}
+
+
+def _noise(p: Result | None) -> bool | None:
+    """Whether the paired interval holds zero (None: no interval; False where every seed differs alike, e.g.
+    not at all: then the difference is exact)."""
+    if p is None or p["ci95"] is None:
+        return None
+    return bool(p["ci95"] > 0.0 and abs(p["mean"]) <= p["ci95"])
+
+
+def _shown(p: Result | None, *, relative: bool) -> str:
+    if p is None:
+        return "no paired seeds"
+    scale, unit = (100.0, " %") if relative else (100.0, " pt")
+    half = "" if p["ci95"] is None else f" ± {p['ci95'] * scale:.2f}"
+    return f"{p['mean'] * scale:+.2f}{half}{unit} over {p['seeds']} seed(s)"
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.6g}"
 
 
 def judge(per_policy: Mapping[str, Mapping[str, Any]], *, ours: str = "rackscale") -> list[Result]:
@@ -70,13 +115,17 @@ def judge(per_policy: Mapping[str, Mapping[str, Any]], *, ours: str = "rackscale
             won += m["mean_jct_s"] < r["mean_jct_s"]
         wins[p] = (won, total)
     all_won = all(w == t and t > 0 for w, t in wins.values()) if wins else None
+    jct = {p: paired(mine, rs, "mean_jct_s", relative=True) for p, rs in others.items()}
     out.append(
         {
             "goal": "mean JCT lower than every baseline on every seed",
             "target": "every seed, every baseline",
             "value": {p: f"{w}/{t}" for p, (w, t) in wins.items()},
             "met": all_won,
-            "detail": "seeds won / seeds, per baseline",
+            "paired": jct,
+            "within_noise": None,
+            "detail": "seeds won / seeds, per baseline; JCT against each: "
+            + "; ".join(f"{p} {_shown(d, relative=True)}" for p, d in jct.items()),
         }
     )
     for key, better, label in (
@@ -85,35 +134,44 @@ def judge(per_policy: Mapping[str, Mapping[str, Any]], *, ours: str = "rackscale
     ):
         ours_mean = _mean([r.get(key) for r in mine])
         theirs = {p: _mean([r.get(key) for r in rs]) for p, rs in others.items()}
-        known = [v for v in theirs.values() if v is not None]
-        best = (max(known) if better == "higher" else min(known)) if known else None
+        means = {p: v for p, v in theirs.items() if v is not None}
+        pick = max if better == "higher" else min
+        top = pick(means, key=means.__getitem__) if means else None
+        best = means[top] if top is not None else None
         met = (
             None
             if ours_mean is None or best is None
             else (ours_mean >= best if better == "higher" else ours_mean <= best)
         )
+        d = paired(mine, others[top], key, relative=True) if top is not None else None
         out.append(
             {
                 "goal": label,
                 "target": f"seed mean {better} or equal",
                 "value": ours_mean,
                 "met": met,
-                "detail": f"best baseline {best}",
+                "paired": {top: d} if top is not None else {},
+                "within_noise": _noise(d),
+                "detail": f"best baseline {top} {_num(best)}; paired: {_shown(d, relative=True)}",
             }
         )
     for key in SLOS:
         ours_mean = _mean([r.get(key) for r in mine])
         theirs = {p: _mean([r.get(key) for r in rs]) for p, rs in others.items()}
-        known = [v for v in theirs.values() if v is not None]
-        best = max(known) if known else None
+        means = {p: v for p, v in theirs.items() if v is not None}
+        top = max(means, key=means.__getitem__) if means else None
+        best = means[top] if top is not None else None
         met = None if ours_mean is None or best is None else ours_mean >= best
+        d = paired(mine, others[top], key, relative=False) if top is not None else None
         out.append(
             {
                 "goal": f"{key.replace('_', ' ')} no worse than any baseline",
                 "target": "seed mean >=",
                 "value": ours_mean,
                 "met": met,
-                "detail": f"best baseline {best}",
+                "paired": {top: d} if top is not None else {},
+                "within_noise": _noise(d),
+                "detail": f"best baseline {top} {_num(best)}; paired: {_shown(d, relative=False)}",
             }
         )
     lost = _mean([r.get("lost_gpu_hours") for r in mine])

@@ -201,7 +201,9 @@ def simulate(
 
     The goals-* scenarios run rackscale and every baseline (10 seeds of the default for goals-synthetic) and
     judge issue 13's goals: idle <= 5 %, intra-rack >= 90 %, single-rack training >= 90 %, mean JCT below
-    every baseline on every seed, throughput, makespan and SLOs no worse.
+    every baseline on every seed, throughput, makespan and SLOs no worse. Each comparison is also paired seed by
+    seed against the deciding baseline (mean difference and its 95 % interval); a verdict whose interval holds
+    zero reads "(within noise)".
 
     The Philly scenarios read ../shared/traces/philly/philly.csv unless --philly says where it is.
     """
@@ -259,6 +261,8 @@ def simulate(
             goals.add_column(col)
         for v in verdicts:
             verdict = "n/a" if v["met"] is None else "met" if v["met"] else "missed"
+            if v["met"] is not None and v.get("within_noise"):
+                verdict += " (within noise)"
             value = v["value"]
             shown = ", ".join(f"{k} {x}" for k, x in value.items()) if isinstance(value, dict) else _fmt_sim(value)
             goals.add_row(v["goal"], v["target"], shown, verdict, str(v["detail"]))
