@@ -412,7 +412,9 @@ LLAMA3_CONDITIONS = (
     "NVLink, 400 Gb/s RoCE (Arista 7800 / Minipack2) between them (paper, section 3.3). The 989 TFLOP/s BF16 "
     "dense peak is the H100 SXM datasheet's: an ASSUMPTION, the paper does not state its peak; MFU is the "
     "paper's 'BF16 MFU' (how it counts attention is not stated). The 131k row prints DP 4, which contradicts "
-    "its own GPUs (8*16*16*4 = 8,192) and tokens per batch; DP 8 fits both."
+    "its own GPUs (8*16*16*4 = 8,192) and tokens per batch; DP 8 fits both. The paper names no attention kernel: "
+    "an ASSUMPTION that it was fused and reached FlashAttention-2's 35 % of H100's peak (FlashAttention-3, 75 %, "
+    "came out in July 2024, after the pre-training)."
 )
 
 

@@ -284,15 +284,16 @@ def _term_rows(runs: list[Run]) -> list[dict[str, str]]:
 
 
 def train_assumptions(work: TrainWorkload, run: Run) -> list[str]:
-    from rackscale.llm.calibration import training_efficiency
+    from rackscale.llm.calibration import attention_note, training_efficiency
 
     gpu = run.system.gpu
+    eff = training_efficiency(gpu)
     return [
         model_line(work.model, work.precision, kv=False),
         system_line(run.system),
         *precision_lines(gpu, work.precision),
-        f"{gpu.name} training kernels at {training_efficiency(gpu).compute:.1%} of the dense peak, "
-        f"{calibration_note('training')}.",
+        f"{gpu.name} training kernels at {eff.compute:.1%} of the dense peak, "
+        f"{calibration_note('training')}; {attention_note(gpu)}.",
         "Mixed precision, distributed optimizer (2 + 2 + 12/(dp x cp) bytes per parameter), 1F1B pipeline; the DP "
         "gradient all-reduce is hierarchical and not overlapped with the backward pass (conservative).",
         "MFU = 6 x active parameters x tokens / (step x GPUs x dense peak); TFLOP/s/GPU counts attention and "

@@ -135,8 +135,26 @@ def serving_efficiency(gpu: GpuSpec) -> Efficiency:
     return Efficiency(compute=SERVING_COMPUTE, step_overhead_s=SERVING_STEP_OVERHEAD_S)
 
 
+# The share of the dense BF16 peak a fused attention kernel reaches, measured, per chip (a chip not listed
+# runs attention at the fitted compute share). H100: FlashAttention-2, "only 35% utilization on the H100 GPU"
+# (Shah et al., "FlashAttention-3", arXiv 2407.08608, abstract; FlashAttention-3 itself reaches 75 %, in
+# July 2024, after Llama 3's pre-training). Measured, not fitted: docs/perf.md.
+FUSED_ATTENTION_SHARE: dict[str, tuple[float, str]] = {
+    "H100": (0.35, "FlashAttention-2's measured share on H100, FlashAttention-3 paper"),
+}
+
+
 def training_efficiency(gpu: GpuSpec) -> TrainEfficiency:
-    return TrainEfficiency(compute=TRAINING_COMPUTE)
+    measured = FUSED_ATTENTION_SHARE.get(gpu.name)
+    return TrainEfficiency(compute=TRAINING_COMPUTE, attention=measured[0] if measured else None)
+
+
+def attention_note(gpu: GpuSpec) -> str:
+    """Where a chip's fused-attention share comes from (for the CLI's assumptions)."""
+    measured = FUSED_ATTENTION_SHARE.get(gpu.name)
+    if measured is None:
+        return "attention at the same share (no measurement of a fused kernel on this chip)"
+    return f"its fused attention at {measured[0]:.0%} ({measured[1]})"
 
 
 def _bisect(f: Callable[[float], float], lo: float, hi: float, target: float, *, steps: int = 40) -> float:

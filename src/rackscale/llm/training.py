@@ -2,7 +2,8 @@
 
 - **compute**: ``6 x active parameters x tokens`` (forward + backward; ``8 x`` with full activation
   recomputation) plus causal attention (``3 x`` its forward FLOPs), at the chip's dense peak times
-  ``TrainEfficiency.compute``: the model FLOP utilisation of the kernels themselves;
+  ``TrainEfficiency.compute``: the model FLOP utilisation of the kernels themselves; a fused attention
+  kernel's FLOPs at its own measured share of the peak where one is known (``TrainEfficiency.attention``);
 - **pipeline bubble**: ``(pp - 1) / (v x m)`` of the compute, ``m`` micro-batches per step, ``v`` virtual
   stages per GPU (interleaved 1F1B, Narayanan et al. 2021);
 - **TP all-reduces**: 4 per layer per micro-batch (2 forward, 2 backward; 2 more when recomputing) of the
@@ -53,6 +54,9 @@ SCORE_PASSES_BACKWARD = 9.5
 class TrainEfficiency:
     compute: float = 0.5  # calibrated per GPU type: see rackscale.llm.calibration
     memory: float = 0.8  # share of HBM bandwidth a streaming kernel reaches (the serving model's assumption)
+    # Share of the dense peak a fused attention kernel reaches, where measured (rackscale.llm.calibration);
+    # None: attention's FLOPs run at ``compute``, as the unfused kernels' GEMMs do.
+    attention: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,7 +211,9 @@ def train_step(
     passes = 4.0 if plan.recompute else 3.0  # forward, backward (2x), and a second forward when recomputing
     counted = passes * (linear + attention)
     peak = gpu.flops(work.precision)
-    compute = counted / (plan.gpus * peak * eff.compute)
+    # a fused attention kernel runs at its own measured share of the peak; unfused, attention is GEMMs
+    att_share = eff.attention if work.fused_attention and eff.attention is not None else eff.compute
+    compute = passes * (linear / eff.compute + attention / att_share) / (plan.gpus * peak)
     layers_stage = model.layers / plan.pp
     seq_rank = work.seq_len / plan.cp  # tokens of each sequence one CP rank holds
     scores_hbm = 0.0
