@@ -72,9 +72,9 @@ def _noise(p: Result | None) -> bool | None:
 def _shown(p: Result | None, *, relative: bool) -> str:
     if p is None:
         return "no paired seeds"
-    scale, unit = (100.0, " %") if relative else (100.0, " pt")
-    half = "" if p["ci95"] is None else f" ± {p['ci95'] * scale:.2f}"
-    return f"{p['mean'] * scale:+.2f}{half}{unit} over {p['seeds']} seed(s)"
+    unit = " %" if relative else " pt"  # a relative difference in per cent, a share's in points: x 100 either way
+    half = "" if p["ci95"] is None else f" ± {p['ci95'] * 100:.2f}"
+    return f"{p['mean'] * 100:+.2f}{half}{unit} over {p['seeds']} seed(s)"
 
 
 def _num(x: float | None) -> str:
