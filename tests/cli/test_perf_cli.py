@@ -348,3 +348,17 @@ def test_train_takes_an_expert_parallel_plan_and_refuses_it_on_a_dense_model() -
     assert got["plan"]["ep"] == 16 and got["step"]["ep_all_to_all_s"] > 0
     code, _, err = invoke("perf", "train", "-m", "llama-3.1-8b", "-g", "h100", "-n", "8", "--ep", "8")
     assert code == 2 and "needs a MoE model" in err and len(err.strip().splitlines()) == 1
+
+
+def test_train_unfused_attention_reproduces_megatrons_calibrated_run() -> None:
+    """Megatron-LM's 2021 GPT-3 175B run on 384 A100 (unfused attention), the training calibration point: the
+    CLI times it as the model does, 153 TFLOP/s per GPU, with the scores' HBM time as its own term; without
+    the flag, fused attention, no such term and a faster step."""
+    args = ("perf", "train", "-m", "gpt3-175b", "-g", "a100", "-n", "384", "--seq-len", "2048",
+            "--global-batch", "1536", "--tp", "8", "--pp", "12", "--recompute")  # fmt: skip
+    unfused, fused = doc_of(*args, "--unfused-attention"), doc_of(*args)
+    assert unfused["workload"]["fused_attention"] is False and fused["workload"]["fused_attention"] is True
+    assert unfused["step"]["achieved_tflops_per_gpu"] == pytest.approx(153.0, abs=0.1)
+    assert unfused["step"]["attention_hbm_s"] > 0 and fused["step"]["attention_hbm_s"] == 0
+    assert fused["step"]["step_s"] < unfused["step"]["step_s"]
+    assert any("unfused" in line for line in unfused["assumptions"])

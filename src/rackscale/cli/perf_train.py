@@ -151,12 +151,21 @@ def train(
     recompute: Annotated[
         bool | None, typer.Option("--recompute/--no-recompute", help="Full activation recomputation.")
     ] = None,
+    unfused_attention: Annotated[
+        bool,
+        typer.Option(
+            "--unfused-attention",
+            help="Attention without a fused (flash) kernel, as Megatron-LM ran in 2021: its s x s scores go "
+            "through HBM and are kept for the backward pass.",
+        ),
+    ] = False,
     vs: Annotated[str | None, typer.Option("--vs", help="Compare with this system: G2[:DOMAIN2].")] = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help=OUTPUT_HELP)] = OutputFormat.table,
     as_json: Annotated[bool, typer.Option("--json", help="Same as -o json.")] = False,
 ) -> None:
     """Step time, tokens/s, MFU and achieved TFLOP/s per GPU of a training job, the plan and the terms of
-    its step (compute, pipeline bubble, TP all-reduce, PP sends, DP all-reduce, EP all-to-all).
+    its step (compute, attention through HBM when unfused, pipeline bubble, TP all-reduce, PP sends, DP
+    all-reduce, EP all-to-all, CP all-gather).
 
     Examples:
 
@@ -170,6 +179,9 @@ def train(
 
       rackscale perf train -m llama-3.1-405b -g h100 -n 16384 --seq-len 131072 --global-batch 128 \
         --tp 8 --cp 16 --pp 16 --virtual-stages 8 --recompute
+
+      rackscale perf train -m gpt3-175b -g a100 -n 384 --seq-len 2048 --global-batch 1536 --tp 8 --pp 12 \
+        --recompute --unfused-attention      # Megatron-LM's 2021 run: 153 TFLOP/s per GPU published
 
     Any of --tp/--cp/--pp/--dp/--ep/--micro-batch/--virtual-stages/--recompute gives the plan (checked: tp x cp
     x pp x dp = --gpus, and it must fit HBM); none of them: the fastest plan that fits (searched without CP or
@@ -209,7 +221,9 @@ def train(
     batch = _global_batch(global_batch, seq_len, unit)
     if plan is not None and batch % unit:
         fail(f"--global-batch {batch} must be a multiple of dp x micro-batch = {unit}")
-    work = TrainWorkload(model=loaded.spec, precision=prec, seq_len=seq_len, global_batch=batch)
+    work = TrainWorkload(
+        model=loaded.spec, precision=prec, seq_len=seq_len, global_batch=batch, fused_attention=not unfused_attention
+    )
     main = _run(work, system, gpus, plan, "")
     vs_run = None if other is None else _run(work, other, gpus, plan, "--vs: ")
     lines = train_assumptions(work, main)
@@ -221,7 +235,12 @@ def train(
         **_run_dict(main),
         "precision": prec.value,
         "gpus": gpus,
-        "workload": {"seq_len": seq_len, "global_batch": batch, "tokens_per_step": batch * seq_len},
+        "workload": {
+            "seq_len": seq_len,
+            "global_batch": batch,
+            "tokens_per_step": batch * seq_len,
+            "fused_attention": not unfused_attention,
+        },
         "vs": None if vs_run is None else _run_dict(vs_run),
         "ratio": ratio,
         "assumptions": lines,
@@ -270,7 +289,8 @@ def _summary_row(run: Run) -> dict[str, str]:
 
 def _term_rows(runs: list[Run]) -> list[dict[str, str]]:
     terms = (
-        ("compute", "compute_s"), ("pp-bubble", "bubble_s"), ("tp-all-reduce", "tp_comm_s"),
+        ("compute", "compute_s"), ("attention-hbm", "attention_hbm_s"), ("pp-bubble", "bubble_s"),
+        ("tp-all-reduce", "tp_comm_s"),
         ("pp-send", "pp_comm_s"), ("dp-all-reduce", "dp_comm_s"), ("ep-all-to-all", "ep_comm_s"),
         ("cp-all-gather", "cp_comm_s"), ("step", "step_s"),
     )  # fmt: skip
@@ -298,4 +318,13 @@ def train_assumptions(work: TrainWorkload, run: Run) -> list[str]:
         "gradient all-reduce is hierarchical and not overlapped with the backward pass (conservative).",
         "MFU = 6 x active parameters x tokens / (step x GPUs x dense peak); TFLOP/s/GPU counts attention and "
         "recomputation too. A prediction of the model, not a measurement.",
+        *(
+            []
+            if work.fused_attention
+            else [
+                "Attention unfused (--unfused-attention): each head's s x s scores go through HBM 6.5 times forward "
+                "and 9.5 times backward (6.5 more when recomputing), at 80 % of its bandwidth, and 5 bytes a score "
+                "are kept for the backward pass (docs/perf.md)."
+            ]
+        ),
     ]
