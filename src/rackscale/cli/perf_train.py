@@ -305,6 +305,8 @@ def _term_rows(runs: list[Run]) -> list[dict[str, str]]:
 
 def train_assumptions(work: TrainWorkload, run: Run) -> list[str]:
     from rackscale.llm.calibration import attention_note, training_efficiency
+    from rackscale.llm.train_plans import SCORE_BYTES
+    from rackscale.llm.training import SCORE_PASSES_BACKWARD, SCORE_PASSES_FORWARD
 
     gpu = run.system.gpu
     eff = training_efficiency(gpu)
@@ -322,9 +324,10 @@ def train_assumptions(work: TrainWorkload, run: Run) -> list[str]:
             []
             if work.fused_attention
             else [
-                "Attention unfused (--unfused-attention): each head's s x s scores go through HBM 6.5 times forward "
-                "and 9.5 times backward (6.5 more when recomputing), at 80 % of its bandwidth, and 5 bytes a score "
-                "are kept for the backward pass (docs/perf.md)."
+                f"Attention unfused (--unfused-attention): each head's s x s scores go through HBM "
+                f"{SCORE_PASSES_FORWARD:g} times forward and {SCORE_PASSES_BACKWARD:g} times backward "
+                f"({SCORE_PASSES_FORWARD:g} more when recomputing), at {eff.memory:.0%} of its bandwidth, and "
+                f"{SCORE_BYTES:g} bytes a score are kept for the backward pass (docs/perf.md)."
             ]
         ),
     ]
