@@ -26,7 +26,7 @@ test pass; ``tests/bench/test_perf_published.py`` checks the two runs below are 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rackscale.llm.decode import DEEPSEEK_MTP, Efficiency
 from rackscale.llm.hardware import GpuSpec, system_named
@@ -216,7 +216,8 @@ def training_tflops(point: TrainingPoint, compute: float) -> float:
         virtual_stages=point.virtual_stages,
         recompute=True,
     )
-    step = train_step_on(system, work, plan, TrainEfficiency(compute=compute))
+    # the chip's own efficiency (its measured attention share, if any) with the compute share being fitted
+    step = train_step_on(system, work, plan, replace(training_efficiency(system.gpu), compute=compute))
     return step.achieved_tflops_per_gpu
 
 
