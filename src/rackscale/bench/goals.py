@@ -81,6 +81,35 @@ def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.6g}"
 
 
+def _against_best(
+    mine: list[Result],
+    others: Mapping[str, list[Result]],
+    key: str,
+    label: str,
+    *,
+    target: str,
+    higher: bool,
+    relative: bool,
+) -> Result:
+    """Our seed mean of ``key`` against the best baseline's (``higher`` or lower is better), with the paired
+    difference against that baseline (relative, or absolute for shares)."""
+    ours_mean = _mean([r.get(key) for r in mine])
+    means = {p: v for p, rs in others.items() if (v := _mean([r.get(key) for r in rs])) is not None}
+    top = (max if higher else min)(means, key=means.__getitem__) if means else None
+    best = means[top] if top is not None else None
+    met = None if ours_mean is None or best is None else (ours_mean >= best if higher else ours_mean <= best)
+    d = paired(mine, others[top], key, relative=relative) if top is not None else None
+    return {
+        "goal": label,
+        "target": target,
+        "value": ours_mean,
+        "met": met,
+        "paired": {top: d} if top is not None else {},
+        "within_noise": _noise(d),
+        "detail": f"best baseline {top} {_num(best)}; paired: {_shown(d, relative=relative)}",
+    }
+
+
 def judge(per_policy: Mapping[str, Mapping[str, Any]], *, ours: str = "rackscale") -> list[Result]:
     """One verdict per goal: ``{"goal", "target", "value", "met", "detail"}`` (``met`` None: nothing to judge)."""
     if ours not in per_policy:
@@ -132,48 +161,11 @@ def judge(per_policy: Mapping[str, Mapping[str, Any]], *, ours: str = "rackscale
         ("training_samples_per_s", "higher", "training throughput no worse than the best baseline"),
         ("makespan_s", "lower", "makespan no worse than the best baseline"),
     ):
-        ours_mean = _mean([r.get(key) for r in mine])
-        theirs = {p: _mean([r.get(key) for r in rs]) for p, rs in others.items()}
-        means = {p: v for p, v in theirs.items() if v is not None}
-        pick = max if better == "higher" else min
-        top = pick(means, key=means.__getitem__) if means else None
-        best = means[top] if top is not None else None
-        met = (
-            None
-            if ours_mean is None or best is None
-            else (ours_mean >= best if better == "higher" else ours_mean <= best)
-        )
-        d = paired(mine, others[top], key, relative=True) if top is not None else None
-        out.append(
-            {
-                "goal": label,
-                "target": f"seed mean {better} or equal",
-                "value": ours_mean,
-                "met": met,
-                "paired": {top: d} if top is not None else {},
-                "within_noise": _noise(d),
-                "detail": f"best baseline {top} {_num(best)}; paired: {_shown(d, relative=True)}",
-            }
-        )
+        target = f"seed mean {better} or equal"
+        out.append(_against_best(mine, others, key, label, target=target, higher=better == "higher", relative=True))
     for key in SLOS:
-        ours_mean = _mean([r.get(key) for r in mine])
-        theirs = {p: _mean([r.get(key) for r in rs]) for p, rs in others.items()}
-        means = {p: v for p, v in theirs.items() if v is not None}
-        top = max(means, key=means.__getitem__) if means else None
-        best = means[top] if top is not None else None
-        met = None if ours_mean is None or best is None else ours_mean >= best
-        d = paired(mine, others[top], key, relative=False) if top is not None else None
-        out.append(
-            {
-                "goal": f"{key.replace('_', ' ')} no worse than any baseline",
-                "target": "seed mean >=",
-                "value": ours_mean,
-                "met": met,
-                "paired": {top: d} if top is not None else {},
-                "within_noise": _noise(d),
-                "detail": f"best baseline {top} {_num(best)}; paired: {_shown(d, relative=False)}",
-            }
-        )
+        label = f"{key.replace('_', ' ')} no worse than any baseline"
+        out.append(_against_best(mine, others, key, label, target="seed mean >=", higher=True, relative=False))
     lost = _mean([r.get("lost_gpu_hours") for r in mine])
     theirs_lost = {p: _mean([r.get("lost_gpu_hours") for r in rs]) for p, rs in others.items()}
     out.append(
