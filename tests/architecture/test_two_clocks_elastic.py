@@ -33,11 +33,22 @@ WORKLOAD: list[tuple[float, dict[str, Any]]] = [
 ]  # fmt: skip
 
 
-def test_an_elastic_gang_resizes_alike_under_both_clocks(tmp_path: Path) -> None:
-    specs = [replace(job_from_dict({**doc, "queue": "q"}), submit_time=t) for t, doc in WORKLOAD]
+# The same gang as an LLM job: Llama-3.1-8B at tp 2 (a data-parallel rank of 2 GPUs, so every size above is
+# whole ranks), timed by the LLM model on both clocks, its shard fixed by the host on both.
+LLM_WORKLOAD = [
+    (t, {**doc, "llm": {"model": "llama-3.1-8b", "tp": 2, "pp": 1}} if doc["name"] == "el" else doc)
+    for t, doc in WORKLOAD
+]
+
+
+@pytest.mark.parametrize("workload", [WORKLOAD, LLM_WORKLOAD], ids=["generic-gang", "llm-gang"])
+def test_an_elastic_gang_resizes_alike_under_both_clocks(
+    tmp_path: Path, workload: list[tuple[float, dict[str, Any]]]
+) -> None:
+    specs = [replace(job_from_dict({**doc, "queue": "q"}), submit_time=t) for t, doc in workload]
     sim = RecordingSimulator(cluster(), specs, SimConfig(record_series=False))
     result = sim.run()
-    committed, ended, live, last = run_service(tmp_path, WORKLOAD)
+    committed, ended, live, last = run_service(tmp_path, workload)
 
     assert decisions(committed) == decisions(sim.log)
     sim_ends = {n: (str(r.status), round(r.end or -1.0, 6)) for n, r in result.jobs.items()}

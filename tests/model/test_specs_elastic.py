@@ -23,6 +23,11 @@ def train(**kw: Any) -> dict[str, Any]:
         pytest.param(train(minGpus=16, maxGpus=16), 16, 16, 16, False, id="min-equals-max-is-fixed"),
         pytest.param(train(), 16, 0, 0, False, id="fixed"),
         pytest.param(train(gpusPerWorker=4, minGpus=8, maxGpus=32), 4, 2, 8, True, id="in-workers"),
+        # An LLM job is elastic once its model shard is fixed: the host fixes it at admission (tests/host).
+        pytest.param(train(minGpus=8, llm={"model": "llama-3.1-8b"}), 16, 8, 0, False, id="llm-shard-not-yet-fixed"),
+        pytest.param(
+            train(minGpus=8, llm={"model": "llama-3.1-8b", "tp": 2, "pp": 1}), 16, 8, 0, True, id="llm-shard-fixed"
+        ),
     ],
 )
 def test_elastic_sizes_are_worker_counts(doc: dict[str, Any], units: int, lo: int, hi: int, elastic: bool) -> None:
@@ -54,7 +59,10 @@ def test_elastic_sizes_are_worker_counts(doc: dict[str, Any], units: int, lo: in
             id="inference",
         ),
         pytest.param(
-            train(minGpus=8, llm={"model": "llama-3.1-8b"}), "minGpus", "LLM job runs at one size", id="llm-job"
+            train(minGpus=8, llm={"model": "llama-3.1-8b", "dp": 16}),
+            "minGpus",
+            "llm.dp fixes the job's size",
+            id="llm-job-with-fixed-dp",
         ),
     ],
 )

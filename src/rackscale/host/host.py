@@ -28,7 +28,7 @@ from rackscale.host.runs import Estimates, JobRun, RunStatus, RuntimeDefaults
 from rackscale.host.scaling_host import ScalingMixin
 from rackscale.host.serve_batch import ServeBatch
 from rackscale.host.services import ServicesMixin
-from rackscale.llm.jobs import LlmJobError
+from rackscale.llm.jobs import LlmJobError, elastic_llm
 from rackscale.model.placement import Placement
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
@@ -109,6 +109,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
         if spec.name in self.specs:
             raise ValueError(f"job {spec.name!r} is already queued or running")
         try:
+            spec = elastic_llm(self.cluster, spec)  # an elastic LLM gang resizes in whole data-parallel ranks
             work = self.progress.work_of(spec)
         except LlmJobError as err:  # its model cannot run on this cluster: the job fails, the others go on
             r = JobRun(spec, 0.0)
@@ -127,6 +128,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
     def restore(self, spec: JobSpec, placement: Placement, *, started: float, now: float) -> None:
         """Put a job the store says is running back on its placement (after a restart): it goes on from
         ``now`` at its modelled speed."""
+        spec = elastic_llm(self.cluster, spec)  # (as it was admitted: the same plan on the same cluster)
         work = self.progress.work_of(spec)
         spec = self._planned(spec)
         r = JobRun(spec, work, status=RunStatus.RUNNING, run_start=started, since=now, first_start=started)

@@ -16,6 +16,10 @@ the same wherever it is priced.
   the catalogue knows its chip. Its ``duration_estimate_s`` is its run time at its best placement on this
   cluster (:func:`job_ideal_step`), so a worse placement finishes later, in proportion.
 
+An elastic LLM gang (``minGpus``/``maxGpus``) is fixed at admission (:func:`elastic_llm`: its shard, its
+bounds in whole data-parallel ranks) and timed at another size with that shard at the new DP and the asked
+size's global batch (``_resized``).
+
 Cached twice: a job is resolved (plan and batch search) once per (its ``llm`` settings, kind, GPUs,
 system), and a step once per placement shape (GPUs per rack, regions).
 """
@@ -28,7 +32,7 @@ from functools import lru_cache
 
 from rackscale.llm.calibration import serving_efficiency, training_efficiency
 from rackscale.llm.decode import DEEPSEEK_MTP, NO_MTP
-from rackscale.llm.fabric import Links
+from rackscale.llm.fabric import Links, Span
 from rackscale.llm.hardware import GPUS, MAX_DOMAIN_GPUS, GpuSpec, System
 from rackscale.llm.job_plans import (
     JobContext,
@@ -39,10 +43,12 @@ from rackscale.llm.job_plans import (
     TrainingJob,
     serve_job,
     train_job,
+    train_layout,
 )
 from rackscale.llm.models import model_named
 from rackscale.llm.precision import parse_precision
 from rackscale.llm.serving import ServeWorkload
+from rackscale.llm.train_plans import best_resized_plan, padded
 from rackscale.llm.training import GRAD_BYTES, TrainWorkload
 from rackscale.model.placement import Placement
 from rackscale.model.topology import GPUCluster, LinkTiers
@@ -176,6 +182,71 @@ def resolve(cluster: GPUCluster, spec: JobSpec, *, gpu_model: str | None = None)
         raise LlmJobError(f"job {spec.name!r}: {err}") from None
 
 
+# ---------------------------------------------------------------------------------------------- elastic
+@lru_cache(maxsize=1024)
+def _resized(ctx: JobContext, llm: LlmWork, asked: int, gpus: int) -> TrainingJob:
+    """An elastic gang that asked for ``asked`` GPUs, on ``gpus``: its plan's model shard (TP x PP x EP) at
+    the data-parallel degree ``gpus`` holds, its micro-batches and recomputation chosen again to fit HBM,
+    at the asked size's global batch (TorchElastic keeps it: the same work, only the speed changes)."""
+    job = _resolve(ctx, llm, JobKind.TRAINING, asked)
+    assert isinstance(job, TrainingJob)
+    plan = job.plan
+    dp = max(gpus // plan.shard_gpus, 1)
+    dp = max(dp - dp % plan.ep, plan.ep)
+    if dp == plan.dp:
+        return job
+    packed = Span.packed(dp * plan.shard_gpus, ctx.system.domain_gpus).per_domain
+    choice = best_resized_plan(
+        job.work, plan, ctx.system, dp=dp, links=ctx.links, eff=ctx.training,
+        layout=lambda p: train_layout(p, packed),
+    )  # fmt: skip
+    # Below the fewest ranks that fit HBM (the host keeps a gang above them): timed as if it fitted.
+    run = choice.plan if choice is not None else replace(plan, dp=dp, micro_batch=1, recompute=True)
+    return TrainingJob(work=padded(job.work, run.dp * run.micro_batch), plan=run, ctx=ctx)
+
+
+@lru_cache(maxsize=1024)
+def _fewest_ranks(ctx: JobContext, llm: LlmWork, asked: int) -> int:
+    """The fewest data-parallel ranks (a multiple of EP) an elastic gang's model shard fits HBM on."""
+    job = _resolve(ctx, llm, JobKind.TRAINING, asked)
+    assert isinstance(job, TrainingJob)
+    plan = job.plan
+    fits = (
+        d
+        for d in range(plan.ep, plan.dp, plan.ep)
+        if best_resized_plan(job.work, plan, ctx.system, dp=d, links=ctx.links, eff=ctx.training) is not None
+    )
+    return next(fits, plan.dp)
+
+
+def elastic_llm(cluster: GPUCluster, spec: JobSpec) -> JobSpec:
+    """An LLM gang with ``minGpus``/``maxGpus``, ready to resize: its ``llm`` fixes the TP, PP (and EP) of
+    the plan chosen for the size it asked, so only the data-parallel degree changes; its bounds become
+    whole data-parallel ranks (``JobSpec.resize_step``), the minimum at least the fewest ranks whose
+    optimizer shard fits HBM, the maximum at most one sequence of the global batch per rank. Any other
+    spec is returned as it is (so is one whose ``llm.dp`` fixes its size)."""
+    llm = spec.llm
+    bounded = (0 < spec.min_units < spec.units) or spec.max_units > spec.units
+    if llm is None or spec.kind is not JobKind.TRAINING or not bounded or llm.dp is not None:
+        return spec
+    ctx = _context(cluster.tiers, cluster.max_rack_gpus, _primary_model(cluster, spec))
+    asked = group_gpus(spec)
+    try:
+        job = _resolve(ctx, llm, JobKind.TRAINING, asked)
+    except LlmJobError as err:
+        raise LlmJobError(f"job {spec.name!r}: {err}") from None
+    assert isinstance(job, TrainingJob)
+    plan = job.plan
+    pinned = replace(llm, tp=plan.tp, pp=plan.pp, ep=plan.ep if plan.ep > 1 else llm.ep)
+    out = replace(spec, llm=pinned)
+    step, g = out.resize_step, max(spec.unit.gpus, 1)
+    fewest = -(-_fewest_ranks(ctx, llm, asked) * plan.shard_gpus // g)
+    lo = max(-(-(spec.min_units or spec.units) // step) * step, -(-fewest // step) * step)
+    widest = job.work.global_batch * plan.shard_gpus // g  # one sequence per rank
+    hi = min(spec.elastic_max_units, widest) // step * step
+    return replace(out, min_units=lo if lo < spec.units else 0, max_units=hi if hi > spec.units else 0)
+
+
 def is_llm(spec: JobSpec) -> bool:
     return spec.timed_by_llm
 
@@ -196,7 +267,12 @@ def job_step(
         return training_step(cluster, spec, layout, slowdown=slowdown, speed=speed)
     job = resolve(cluster, spec, gpu_model=_model_of(cluster, layout))
     shape = shape_of(layout)
-    return job.step(shape, slowdown) if isinstance(job, TrainingJob) else job.step(shape)
+    if isinstance(job, ServingJob):
+        return job.step(shape)
+    if spec.is_elastic and layout.gpus != job.plan.gpus:
+        assert spec.llm is not None
+        job = _resized(job.ctx, spec.llm, group_gpus(spec), layout.gpus)
+    return job.step(shape, slowdown)
 
 
 def job_ideal_step(cluster: GPUCluster, spec: JobSpec) -> StepTime:
@@ -243,6 +319,7 @@ __all__ = [
     "ReplicaServing",
     "check_job",
     "default_global_batch",
+    "elastic_llm",
     "gpu_of_model",
     "is_llm",
     "job_ideal_step",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rackscale.llm.fabric import Links, Span
 from rackscale.llm.hardware import System
@@ -106,4 +106,41 @@ def best_train_plan(
                 )
                 if best is None or step.step_s < best.step.step_s:
                     best = TrainChoice(plan=plan, step=step, memory_bytes=mem)
+    return best
+
+
+def padded(work: TrainWorkload, rows: int) -> TrainWorkload:
+    """``work`` with its global batch rounded up to a multiple of ``rows`` sequences (``dp x micro_batch``):
+    where the batch does not divide, some ranks run one more micro-batch, and the step waits for them."""
+    batch = -(-work.global_batch // rows) * rows
+    return work if batch == work.global_batch else replace(work, global_batch=batch)
+
+
+def best_resized_plan(
+    work: TrainWorkload,
+    plan: TrainPlan,
+    system: System,
+    *,
+    dp: int,
+    links: Links,
+    eff: TrainEfficiency,
+    layout: Callable[[TrainPlan], tuple[int, Span | None]] | None = None,
+) -> TrainChoice | None:
+    """``plan`` resized to ``dp`` data-parallel ranks (its model shard, TP x PP x EP, kept, as an elastic
+    restart keeps it): the fastest micro-batch size and recomputation that fit HBM, at ``work``'s global batch
+    (None if none fits). Each micro-batch size times its own padded batch (:func:`padded`)."""
+    if dp < 1 or dp % plan.ep:
+        return None
+    usable = system.gpu.hbm_bytes * HBM_USABLE
+    best: TrainChoice | None = None
+    for micro, recompute in itertools.product((1, 2, 4, 8), (False, True)):
+        cand = replace(plan, dp=dp, micro_batch=micro, recompute=recompute)
+        run = padded(work, dp * micro)
+        mem = train_memory_bytes(run, cand)
+        if mem > usable:
+            continue
+        domain, dp_layout = layout(cand) if layout else (system.domain_gpus, None)
+        step = train_step(run, cand, gpu=system.gpu, links=links, domain_gpus=domain, eff=eff, dp_layout=dp_layout)
+        if best is None or step.step_s < best.step.step_s:
+            best = TrainChoice(plan=cand, step=step, memory_bytes=mem)
     return best

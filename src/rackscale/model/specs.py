@@ -415,8 +415,8 @@ def _unit(b: d.JobBodyDoc, out: _Problems) -> tuple[int, int, int]:
 
 
 def _elastic_sizes(b: d.JobBodyDoc, per: int, out: _Problems) -> None:
-    """``minGpus <= gpus <= maxGpus``, each a multiple of ``gpusPerWorker``; not with ``llm`` (its parallel
-    plan is chosen for one size)."""
+    """``minGpus <= gpus <= maxGpus``, each a multiple of ``gpusPerWorker``; with ``llm``, not with ``llm.dp``
+    (an elastic LLM job resizes by its data-parallel degree; the host rounds its bounds to whole ranks)."""
     gpus = b.gpus or 0
     for key, n in (("minGpus", b.min_gpus), ("maxGpus", b.max_gpus)):
         if n is not None and n % per:
@@ -425,9 +425,13 @@ def _elastic_sizes(b: d.JobBodyDoc, per: int, out: _Problems) -> None:
         out.add(("minGpus",), f"{b.min_gpus} is more than gpus ({gpus})", f"use at most {gpus}")
     if b.max_gpus is not None and b.max_gpus < gpus:
         out.add(("maxGpus",), f"{b.max_gpus} is less than gpus ({gpus})", f"use at least {gpus}")
-    if b.llm is not None and (b.min_gpus is not None or b.max_gpus is not None):
+    if b.llm is not None and b.llm.dp is not None and (b.min_gpus is not None or b.max_gpus is not None):
         key = "minGpus" if b.min_gpus is not None else "maxGpus"
-        out.add((key,), "an LLM job runs at one size (its parallel plan is chosen for gpus)", f"remove {key}")
+        out.add(
+            (key,),
+            "llm.dp fixes the job's size (an elastic LLM job changes its data-parallel degree)",
+            f"remove {key} or llm.dp",
+        )
 
 
 def _priority(b: d.JobBodyDoc, classes: Mapping[str, int] | None, out: _Problems) -> int:

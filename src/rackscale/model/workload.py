@@ -7,6 +7,7 @@ than a node, a tensor-parallel group spread over nodes of one rack).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -230,13 +231,24 @@ class JobSpec:
 
     @property
     def is_elastic(self) -> bool:
-        """A training gang that may run on any worker count from ``min_units`` to ``max_units`` (a job that
-        names its model is not: its parallel plan is chosen for its one size)."""
-        return (
-            self.kind is JobKind.TRAINING
-            and self.llm is None
-            and ((0 < self.min_units < self.units) or self.max_units > self.units)
-        )
+        """A training gang that may run on any worker count from ``min_units`` to ``max_units``, in steps of
+        :attr:`resize_step`. A job that names its model resizes only once its model shard is fixed (``llm``'s
+        ``tp`` and ``pp`` given, ``dp`` not: only the data-parallel degree changes); the host fixes them at
+        admission from the plan chosen for the size asked (``llm.jobs.elastic_llm``)."""
+        if self.kind is not JobKind.TRAINING or not ((0 < self.min_units < self.units) or self.max_units > self.units):
+            return False
+        llm = self.llm
+        return llm is None or (llm.tp is not None and llm.pp is not None and llm.dp is None)
+
+    @property
+    def resize_step(self) -> int:
+        """Workers an elastic gang grows or shrinks by: 1, or for an LLM gang one data-parallel rank of its
+        model (``tp x pp x ep`` GPUs, in whole workers)."""
+        llm = self.llm
+        if llm is None or self.kind is not JobKind.TRAINING or llm.tp is None or llm.pp is None:
+            return 1
+        g = max(self.unit.gpus, 1)
+        return math.lcm(llm.tp * llm.pp * (llm.ep or 1), g) // g
 
     @property
     def elastic_max_units(self) -> int:

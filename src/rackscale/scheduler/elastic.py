@@ -1,5 +1,8 @@
 """Elastic training: gangs that run on any worker count between ``min_units`` and ``max_units``.
 
+Sizes move in steps of ``JobSpec.resize_step`` workers: 1, or one data-parallel rank of an LLM gang (its
+model shard, TP x PP x EP GPUs, which a restart keeps; ``llm.jobs.elastic_llm``).
+
 A training job with ``minGpus``/``maxGpus`` (``JobSpec.is_elastic``) keeps its global batch at any size, so
 its work is the same and only its speed changes (``network.collectives.training_step``). Where the profile
 enables it (``Profile.elastic``), three things use that freedom, least disruptive first:
@@ -12,7 +15,10 @@ enables it (``Profile.elastic``), three things use that freedom, least disruptiv
   from any such job, GPUs down to its minimum only for a job of strictly higher priority, which would
   otherwise preempt it whole. The rack the waiting job needs least shrinking for is chosen first;
 - :func:`grow` (after every pending job was tried): a gang below its maximum takes the free GPUs in the
-  racks it already runs in (never another rack: a ring that leaves its rack runs at the NIC's speed), a
+  racks it already runs in (not another rack: a ring that leaves its rack runs at the NIC's speed; except
+  a gang that started below a request larger than its racks, which may take other racks' free GPUs up to
+  that request: it asked to span them, and a gang started on one rack of the two it asked for would
+  otherwise run at half speed to its end), a
   reservation's racks only on loan (beyond its request, which the reservation counts as free, while the
   holder's start is ``loans.MIN_LOAN_S`` away), after at least ``MIN_RESIZE_INTERVAL_S`` at its current
   size, and only when the time it saves exceeds what the restart costs.
@@ -34,7 +40,7 @@ from rackscale.scheduler.filters import allowed_models
 from rackscale.scheduler.framework import Placer
 from rackscale.scheduler.gang import GangPlacement
 from rackscale.scheduler.loans import MIN_LOAN_S
-from rackscale.scheduler.placement.request import GroupRequest
+from rackscale.scheduler.placement.request import GroupRequest, racks_descending
 from rackscale.scheduler.status import Code
 
 # What a size change costs the job: saving a checkpoint on the signal, the rendezvous of the new worker set
@@ -138,9 +144,11 @@ class Shrink:
                 break
             if rack is not None and rack not in rj.racks:
                 continue
-            g = rj.spec.unit.gpus
-            give = min(rj.placement.units - floor, -(-(need - free) // g))
+            g, step = rj.spec.unit.gpus, rj.spec.resize_step
+            give = min(rj.placement.units - floor, -(-(need - free) // (g * step)) * step)
             kept, given = _without_units(state, rj, give, rack)
+            if given % step:  # (the rack held part of a rank) whole data-parallel ranks only
+                kept, given = _without_units(state, rj, given // step * step, rack)
             if not given:
                 continue
             placement = Placement(rj.spec.name, kept, rj.placement.units - given)
@@ -162,6 +170,7 @@ def grow(cycle: Cycle, placer: Placer) -> None:
     far = r is not None and (r.start is None or r.start - now >= MIN_LOAN_S)
     placed = {p.spec.name for p in cycle.placed}
     tx = cycle.tx
+    rack_gpus = state.cluster.max_rack_gpus
     for rj in sorted(_elastic_running(state), key=lambda rj: (-rj.spec.priority, rj.spec.name)):
         spec, name = rj.spec, rj.spec.name
         top = spec.elastic_max_units
@@ -177,14 +186,20 @@ def grow(cycle: Cycle, placer: Placer) -> None:
         lend = far and r is not None and spec.priority <= r.priority and have >= spec.units
         racks = frozenset(rj.racks) if lend else frozenset(rj.racks) - held
         room = sum(state.rack_whole[k] for k in racks) // g
-        k = min(top - have, room)
+        models = allowed_models(spec, ctx)
+        if have < spec.units and room < spec.units - have and spec.total_gpus > len(rj.racks) * rack_gpus:
+            # Started below a request larger than its racks: it asked to span more racks, so it may take
+            # free GPUs in others, up to its request (beyond it, growth stays in its racks, as above).
+            more, extra = _wider(state, racks | held, spec.units - have - room, models, g, g * spec.resize_step)
+            racks, room = racks | more, min(room + extra, spec.units - have)
+        k = (have + min(top - have, room)) // spec.resize_step * spec.resize_step - have  # whole DP ranks
         if k <= 0 or not _grow_pays(rj, have, have + k, now):
             continue
         req = GroupRequest(
             job=name,
             units=k,
             unit=spec.unit,
-            models=allowed_models(spec, ctx),
+            models=models,
             one_rack=len(racks) == 1,
             prefer_one_rack=len(racks) == 1,
             only_racks=racks,
@@ -203,6 +218,23 @@ def grow(cycle: Cycle, placer: Placer) -> None:
             f"grown from {have * g} to {placement.units * g} GPUs into free GPUs of its rack(s) "
             f"(maxGpus {top * g}); given back when a waiting job needs them",
         )
+
+
+def _wider(
+    state: StateView, skip: frozenset[int], need: int, models: tuple[str, ...], gpus: int, rank_gpus: int
+) -> tuple[frozenset[int], int]:
+    """Racks other than ``skip`` with room for a rank (``rank_gpus``) or more, the most free first (an index
+    walk, no scan of the racks), until they hold ``need`` workers of ``gpus``: those racks and the workers
+    they hold."""
+    got: set[int] = set()
+    room = 0
+    for rack in racks_descending(state, models, rank_gpus):
+        if room >= need:
+            break
+        if rack not in skip:
+            got.add(rack)
+            room += state.rack_whole[rack] // gpus
+    return frozenset(got), room
 
 
 def _elastic_running(state: StateView) -> list[RunningJob]:

@@ -88,8 +88,9 @@ class SyntheticConfig:
     queues: tuple[str, ...] = ("research", "production", "interns")
     median_duration_s: float = 1144.0
     llm_share: float = 0.5  # of the training gangs of >= 8 GPUs, and of the services: a real model
-    # Of the other training gangs of >= 2 GPUs: elastic ones (minGpus = half, maxGpus = twice the size asked,
-    # within the cluster). 0 in the embedded default (no published trace says how many jobs are elastic).
+    # Of the training gangs of >= 2 GPUs, LLM ones included: elastic ones (minGpus = half, maxGpus = twice the
+    # size asked, within the cluster). 0 in the embedded default (no published trace says how many jobs are
+    # elastic).
     elastic_share: float = 0.0
     seed: int = 0
 
@@ -116,6 +117,7 @@ def synthetic_jobs(cfg: SyntheticConfig) -> list[JobSpec]:
     rng = random.Random(cfg.seed)
     llm_rng = random.Random(f"rackscale-llm-{cfg.seed}")  # its own stream: the rest of the mix is unchanged
     elastic_rng = random.Random(f"rackscale-elastic-{cfg.seed}")  # likewise
+    elastic_llm_rng = random.Random(f"rackscale-elastic-llm-{cfg.seed}")
     sizes: dict[int, float] = {k: float(v) for k, v in PHILLY_SIZE_COUNTS.items()}
     sizes[1] *= cfg.single_gpu_weight
     cap = cfg.max_gpus
@@ -140,7 +142,10 @@ def synthetic_jobs(cfg: SyntheticConfig) -> list[JobSpec]:
             comm = CommProfile(bytes_per_step=2e8 * max(1, gpus) ** 0.5 * 4, compute_s_per_step=0.5)
             llm = _llm_training(llm_rng, gpus) if gpus >= 8 and llm_rng.random() < cfg.llm_share else None
             sizes_kw: dict[str, int] = {}
-            if cfg.elastic_share and llm is None and gpus >= 2 and elastic_rng.random() < cfg.elastic_share:
+            # An LLM gang draws from its own stream: the other gangs are elastic exactly as they were before
+            # LLM gangs could be (the host rounds an LLM gang's bounds to whole data-parallel ranks).
+            draws = elastic_rng if llm is None else elastic_llm_rng
+            if cfg.elastic_share and gpus >= 2 and draws.random() < cfg.elastic_share:
                 sizes_kw = {"min_gpus": gpus // 2, "max_gpus": min(2 * gpus, cap) if cap is not None else 2 * gpus}
             out.append(
                 training(
