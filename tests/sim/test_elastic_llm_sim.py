@@ -9,13 +9,16 @@ rack that is free instead of waiting for the two it asked for, grown into the se
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from rackscale.llm.jobs import job_ideal_step, job_step
 from rackscale.model import GPUCluster, training
-from rackscale.model.workload import JobSpec, LlmWork
+from rackscale.model.workload import JobKind, JobSpec, LlmWork
 from rackscale.network.collectives import Layout
 from rackscale.sim import SimConfig, Simulator
+from rackscale.workloads import SyntheticConfig, synthetic_jobs
 
 CLUSTER = GPUCluster.uniform(racks_per_region=2)
 RUN_S = 4 * 3600.0  # at the size asked, packed
@@ -54,3 +57,19 @@ def test_the_same_gang_at_a_fixed_size_waits_for_both_racks() -> None:
     assert r.first_start == pytest.approx(BUSY_S, abs=1.0)
     assert r.end == pytest.approx(BUSY_S + RUN_S, rel=0.01)
     assert res.kpis["resizes"] == 0
+
+
+def test_the_generator_makes_llm_gangs_elastic_from_their_own_stream() -> None:
+    """``elastic_share`` reaches LLM gangs too, drawn from a stream of their own: the generic gangs take their
+    draws, in order, from the generic stream alone, so they are elastic exactly as they were when only they
+    could be."""
+    cfg = SyntheticConfig(jobs=600, max_gpus=288, seed=4, elastic_share=0.5)
+    mix = synthetic_jobs(cfg)  # (sorted by submit time: the draws follow the generation order, the names)
+    gangs = sorted((j for j in mix if j.kind is JobKind.TRAINING and j.units >= 2), key=lambda j: j.name)
+    llm = [j for j in gangs if j.llm is not None]
+    bounded = [j for j in llm if j.min_units or j.max_units]
+    assert 0 < len(bounded) < len(llm)  # about half
+    assert all(j.min_units * 2 == j.units for j in bounded)
+    generic = random.Random(f"rackscale-elastic-{cfg.seed}")
+    for j in (j for j in gangs if j.llm is None):
+        assert (generic.random() < cfg.elastic_share) == (j.min_units > 0), j.name

@@ -82,7 +82,8 @@ def simulate(
         "--elastic-share",
         min=0.0,
         max=1.0,
-        help="Share of the synthetic mix's generic training gangs that are elastic (minGpus half, maxGpus twice).",
+        help="Share of the synthetic mix's training gangs that are elastic (minGpus half, maxGpus twice; LLM gangs in "
+        "whole data-parallel ranks).",
     ),
     strict: bool = typer.Option(False, "--strict", help="Reject a trace with malformed rows (default: skip them)."),
     tenant_map: str | None = typer.Option(
