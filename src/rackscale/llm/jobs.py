@@ -211,12 +211,19 @@ def _fewest_ranks(ctx: JobContext, llm: LlmWork, asked: int) -> int:
     job = _resolve(ctx, llm, JobKind.TRAINING, asked)
     assert isinstance(job, TrainingJob)
     plan = job.plan
-    fits = (
-        d
-        for d in range(plan.ep, plan.dp, plan.ep)
-        if best_resized_plan(job.work, plan, ctx.system, dp=d, links=ctx.links, eff=ctx.training) is not None
-    )
-    return next(fits, plan.dp)
+
+    def fits(groups: int) -> bool:  # ``groups`` x EP ranks
+        dp = groups * plan.ep
+        return best_resized_plan(job.work, plan, ctx.system, dp=dp, links=ctx.links, eff=ctx.training) is not None
+
+    # A bisection (a gang of a million GPUs asks ~20 questions, not a million): more ranks never need more
+    # memory a rank (a smaller optimizer shard; no more micro-batches in flight), so the ranks that fit are
+    # all those from the fewest up; the asked size fits (its plan was chosen to).
+    lo, hi = 0, plan.dp // plan.ep  # lo does not fit (no ranks), hi does
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi * plan.ep
 
 
 def elastic_llm(cluster: GPUCluster, spec: JobSpec) -> JobSpec:
