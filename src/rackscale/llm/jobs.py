@@ -236,14 +236,9 @@ def elastic_llm(cluster: GPUCluster, spec: JobSpec) -> JobSpec:
     bounded = (0 < spec.min_units < spec.units) or spec.max_units > spec.units
     if llm is None or spec.kind is not JobKind.TRAINING or not bounded or llm.dp is not None:
         return spec
-    ctx = _context(cluster.tiers, cluster.max_rack_gpus, _primary_model(cluster, spec))
-    asked = group_gpus(spec)
-    try:
-        job = _resolve(ctx, llm, JobKind.TRAINING, asked)
-    except LlmJobError as err:
-        raise LlmJobError(f"job {spec.name!r}: {err}") from None
+    job = resolve(cluster, spec)
     assert isinstance(job, TrainingJob)
-    plan = job.plan
+    ctx, asked, plan = job.ctx, group_gpus(spec), job.plan
     pinned = replace(llm, tp=plan.tp, pp=plan.pp, ep=plan.ep if plan.ep > 1 else llm.ep)
     out = replace(spec, llm=pinned)
     step, g = out.resize_step, max(spec.unit.gpus, 1)

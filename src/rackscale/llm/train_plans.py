@@ -84,7 +84,6 @@ def best_train_plan(
     """
     model = work.model
     best: TrainChoice | None = None
-    usable = system.gpu.hbm_bytes * HBM_USABLE
     for t in (tp,) if tp else TP_CHOICES:
         for p in (pp,) if pp else PP_CHOICES:
             if gpus % (t * p) or (dp and gpus // (t * p) != dp):
@@ -97,16 +96,34 @@ def best_train_plan(
                 if work.global_batch % (d * micro) or d % e or (e > 1 and model.experts % e):
                     continue
                 plan = TrainPlan(tp=t, pp=p, dp=d, ep=e, micro_batch=micro, recompute=recompute)
-                mem = train_memory_bytes(work, plan)
-                if mem > usable:
-                    continue
-                domain, dp_layout = layout(plan) if layout else (system.domain_gpus, None)
-                step = train_step(
-                    work, plan, gpu=system.gpu, links=links, domain_gpus=domain, eff=eff, dp_layout=dp_layout
-                )
-                if best is None or step.step_s < best.step.step_s:
-                    best = TrainChoice(plan=plan, step=step, memory_bytes=mem)
+                best = _faster(best, _timed(work, plan, system, links=links, eff=eff, layout=layout))
     return best
+
+
+def _timed(
+    work: TrainWorkload,
+    plan: TrainPlan,
+    system: System,
+    *,
+    links: Links,
+    eff: TrainEfficiency,
+    layout: Callable[[TrainPlan], tuple[int, Span | None]] | None,
+) -> TrainChoice | None:
+    """``plan``'s step on ``system`` (laid out by ``layout``, else in packed domains); None if it does not fit
+    HBM."""
+    mem = train_memory_bytes(work, plan)
+    if mem > system.gpu.hbm_bytes * HBM_USABLE:
+        return None
+    domain, dp_layout = layout(plan) if layout else (system.domain_gpus, None)
+    step = train_step(work, plan, gpu=system.gpu, links=links, domain_gpus=domain, eff=eff, dp_layout=dp_layout)
+    return TrainChoice(plan=plan, step=step, memory_bytes=mem)
+
+
+def _faster(best: TrainChoice | None, other: TrainChoice | None) -> TrainChoice | None:
+    """The faster of two choices (the first on a tie, as the searches keep the first they found)."""
+    if other is None or (best is not None and other.step.step_s >= best.step.step_s):
+        return best
+    return other
 
 
 def padded(work: TrainWorkload, rows: int) -> TrainWorkload:
@@ -131,16 +148,8 @@ def best_resized_plan(
     (None if none fits). Each micro-batch size times its own padded batch (:func:`padded`)."""
     if dp < 1 or dp % plan.ep:
         return None
-    usable = system.gpu.hbm_bytes * HBM_USABLE
     best: TrainChoice | None = None
     for micro, recompute in itertools.product((1, 2, 4, 8), (False, True)):
         cand = replace(plan, dp=dp, micro_batch=micro, recompute=recompute)
-        run = padded(work, dp * micro)
-        mem = train_memory_bytes(run, cand)
-        if mem > usable:
-            continue
-        domain, dp_layout = layout(cand) if layout else (system.domain_gpus, None)
-        step = train_step(run, cand, gpu=system.gpu, links=links, domain_gpus=domain, eff=eff, dp_layout=dp_layout)
-        if best is None or step.step_s < best.step.step_s:
-            best = TrainChoice(plan=cand, step=step, memory_bytes=mem)
+        best = _faster(best, _timed(padded(work, dp * micro), cand, system, links=links, eff=eff, layout=layout))
     return best
