@@ -3,6 +3,7 @@ tenants, validation, and what a restart keeps."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -448,6 +449,40 @@ def test_an_llm_job_the_cluster_can_hold_is_taken(service: LiveService) -> None:
     body = {"name": "llm-1", "kind": "training", "gpus": 8, "llm": {"model": "llama-3.1-8b", "tp": 8}}
     r = service.client().post("/v1/jobs", json=body)
     assert r.status_code == 201, r.text
+
+
+@pytest.mark.parametrize(
+    ("llm", "sizes", "status"),
+    [
+        pytest.param({"model": "llama-3.1-8b"}, {"minGpus": 4, "maxGpus": 16}, 201, id="elastic-llm-taken"),
+        pytest.param({"model": "llama-3.1-8b", "dp": 8}, {"minGpus": 4}, 422, id="dp-fixes-the-size"),
+        pytest.param({"model": "llama-3.1-8b\u0000"}, {"minGpus": 4}, 422, id="nul-in-the-model"),
+        pytest.param({"model": "\ud800"}, {"maxGpus": 16}, 422, id="lone-surrogate-model"),
+        pytest.param({"model": "llama-3.1-8b"}, {"minGpus": 10**30}, 422, id="huge-minimum"),
+    ],
+)
+def test_elastic_llm_jobs_are_taken_or_refused_naming_the_field(
+    service: LiveService, llm: dict[str, object], sizes: dict[str, object], status: int
+) -> None:
+    body = json.dumps({"name": "el", "kind": "training", "gpus": 8, "llm": llm, **sizes}).encode()
+    r = service.client().post("/v1/jobs", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    if status == 422:
+        assert any(p["loc"][:2] == ["body", "llm"] or p["loc"][1] in sizes for p in r.json()["detail"]), r.text
+
+
+def test_a_million_gpu_elastic_llm_job_is_taken_and_the_service_goes_on(service: LiveService) -> None:
+    """Its plan search (a million GPUs: 14,564 racks laid out per plan) runs on the API's thread and the
+    host's without stalling either; the job then fails for the cluster's size, with the reason."""
+    c = service.client()
+    huge = {"name": "huge", "kind": "training", "gpus": 1_048_576, "minGpus": 1, "maxGpus": 1_048_576}
+    r = c.post("/v1/jobs", json={**huge, "llm": {"model": "llama-3.1-405b"}})
+    assert r.status_code == 201, r.text
+    assert c.post("/v1/jobs", json={"name": "small", "kind": "training", "gpus": 1}).status_code == 201
+    wait_for(lambda: c.get("/v1/jobs/small").json()["status"] == "running", what="the small job runs")
+    # it cannot run here even at the fewest ranks that fit HBM (256 GPUs of 405B): it fails, saying so
+    got = wait_for(lambda: (j := c.get("/v1/jobs/huge").json())["status"] == "failed" and j, what="failed")
+    assert isinstance(got, dict) and "needs 256 GPUs but the cluster has 144" in got["message"], got
 
 
 def test_a_stored_llm_job_the_cluster_cannot_hold_fails_with_the_reason(tmp_path: Path) -> None:
