@@ -57,6 +57,29 @@ def test_an_elastic_gang_starts_smaller_rather_than_wait(
     assert p.spec.units == want  # the job is the one asked for; only its placement is smaller
 
 
+@pytest.mark.parametrize("profile", [FIXED, PROFILES["tiresias"], PROFILES["first-fit"]], ids=lambda p: p.name)
+def test_a_profile_without_elastic_reads_a_gang_by_its_size_not_its_minimum(profile: Profile) -> None:
+    """A gang asking 8 (minimum 2) fails at its size under a profile that runs gangs at their size. A
+    4-GPU gang of the same shape behind it fits and is placed: the failure is remembered at 8 units, not at
+    the first gang's minimum of 2 (which skipped the 4-GPU gang as "the same resources, or more, failed")::
+
+        r000: n00 [XX..] n01 [....]   6 free: the 4-GPU gang fits, the 8-GPU gang does not
+        r001: n00 [XXXX] n01 [XXX.]   1 free
+    """
+    state = (
+        ClusterBuilder()
+        .racks(2)
+        .with_running("busy0", gpus=2, rack=0, preemptible=False, expected_end=1_000.0)
+        .with_running("busy1", gpus=7, rack=1, preemptible=False, expected_end=None)
+        .build()
+    )
+    # (f ends before busy0 does: a reservation for e, where the profile backfills, does not fence it.)
+    first = elastic("e", 8, 2, 8, submit_time=0.0, duration_estimate_s=100.0)
+    behind = training("f", 4, submit_time=1.0, duration_estimate_s=100.0)
+    d = run_cycle(state, [first, behind], now=10.0, profile=profile)
+    assert [p.spec.name for p in d.placed] == ["f"], render(state)
+
+
 def test_a_profile_without_elastic_runs_the_gang_at_its_size() -> None:
     state = ClusterBuilder().racks(2).with_running("busy", gpus=2, rack=0, preemptible=False).build()
     state_busy1 = ClusterBuilder().racks(2).with_running("b0", gpus=2, rack=0, preemptible=False)

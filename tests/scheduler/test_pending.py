@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from rackscale.model import batch, inference, training
 from rackscale.scheduler import PendingQueue
-from rackscale.scheduler.pending import whole_demand
+from rackscale.scheduler.pending import fewest_units, static_shape, whole_demand
 
 
 def test_order_is_priority_then_queue_then_submit_time() -> None:
@@ -36,6 +36,27 @@ def test_order_is_priority_then_queue_then_submit_time() -> None:
 )
 def test_whole_demand(job: object, demand: int) -> None:
     assert whole_demand(job) == demand  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("elastic", "demand", "fewest"),
+    [(True, 2, 2), (False, 8, 8)],
+    ids=["profile-resizes-gangs-reads-the-minimum", "profile-runs-gangs-at-size-reads-the-request"],
+)
+def test_an_elastic_gangs_demand_follows_the_profile(elastic: bool, demand: int, fewest: int) -> None:
+    gang = training("e", 8, min_gpus=2, max_gpus=16)
+    service = inference("i", 4, min_replicas=2)
+    q = PendingQueue([gang, training("f", 12)], elastic=elastic)
+    assert q.min_whole_demand() == demand
+    q.add(service)  # a service's minimum is read under either profile
+    assert q.min_whole_demand() == 1 and q.elastic is elastic
+    q.remove("i")
+    assert q.min_whole_demand() == demand
+    shape = static_shape(gang)
+    assert q.min_units(shape) == fewest and fewest_units(gang, elastic=elastic) == fewest
+    q.remove("e")
+    assert q.min_units(shape) == 12 and q.min_whole_demand() == 12
+    assert fewest_units(service, elastic=elastic) == 2
 
 
 def test_add_replaces_and_remove_forgets() -> None:

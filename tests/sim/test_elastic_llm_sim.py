@@ -10,6 +10,7 @@ rack that is free instead of waiting for the two it asked for, grown into the se
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -17,6 +18,7 @@ from rackscale.llm.jobs import job_ideal_step, job_step
 from rackscale.model import GPUCluster, training
 from rackscale.model.workload import JobKind, JobSpec, LlmWork
 from rackscale.network.collectives import Layout
+from rackscale.scheduler import PROFILES, Profile
 from rackscale.sim import SimConfig, Simulator
 from rackscale.workloads import SyntheticConfig, synthetic_jobs
 
@@ -73,3 +75,19 @@ def test_the_generator_makes_llm_gangs_elastic_from_their_own_stream() -> None:
     generic = random.Random(f"rackscale-elastic-{cfg.seed}")
     for j in (j for j in gangs if j.llm is None):
         assert (generic.random() < cfg.elastic_share) == (j.min_units > 0), j.name
+
+
+@pytest.mark.parametrize(
+    "policy",
+    ["tiresias", "first-fit", replace(PROFILES["rackscale"], name="rackscale-fixed", elastic=False)],
+    ids=["tiresias", "first-fit", "rackscale-fixed"],
+)
+def test_a_profile_that_runs_gangs_at_their_size_runs_an_elastic_llm_gang_as_asked(policy: str | Profile) -> None:
+    """Only a profile that resizes gangs fixes an elastic LLM gang's shard at admission: under one that runs
+    every gang at its size the gang is the fixed job it asked for (its plan chosen per placement), so the
+    baselines of ``goals-elastic`` run the same jobs as on ``goals-synthetic``."""
+    bounded = Simulator(CLUSTER, jobs(elastic=True), SimConfig(policy=policy)).run().jobs["llm"]
+    fixed = Simulator(CLUSTER, jobs(elastic=False), SimConfig(policy=policy)).run().jobs["llm"]
+    assert bounded.spec.llm is not None and bounded.spec.llm.tp is None and bounded.spec.llm.pp is None
+    assert (bounded.first_start, bounded.end) == (fixed.first_start, fixed.end)
+    assert bounded.first_start == pytest.approx(BUSY_S, abs=1.0)

@@ -36,6 +36,7 @@ from rackscale.model.workload import JobKind, JobSpec
 from rackscale.scheduler import Code, Decisions, PendingQueue, ResourceScheduler, Status, apply_decisions
 from rackscale.scheduler.cycles import CycleDriver
 from rackscale.scheduler.framework import AttainedService, Profile
+from rackscale.scheduler.pending import fewest_units
 from rackscale.scheduler.predictor import RuntimePredictor
 
 
@@ -81,7 +82,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
         self.state = ClusterState(cluster)
         self.sched = ResourceScheduler(profile=policy, seed=seed)
         self.policy = self.sched.profile.name
-        self.pending = PendingQueue()
+        self.pending = PendingQueue(elastic=self.sched.profile.elastic)
         self.cycles = CycleDriver()  # what the next cycle must look at (everything, or the jobs queued since)
         self.kpi = KpiAccumulator()
         self.runs: dict[str, JobRun] = {}  # every job queued or running (and ended ones, with keep_ended)
@@ -109,7 +110,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
         if spec.name in self.specs:
             raise ValueError(f"job {spec.name!r} is already queued or running")
         try:
-            spec = elastic_llm(self.cluster, spec)  # an elastic LLM gang resizes in whole data-parallel ranks
+            spec = self._elastic_llm(spec)
             work = self.progress.work_of(spec)
         except LlmJobError as err:  # its model cannot run on this cluster: the job fails, the others go on
             r = JobRun(spec, 0.0)
@@ -125,10 +126,16 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
         self._enqueue(self._start_request(r, spec.submit_time))
         return r
 
+    def _elastic_llm(self, spec: JobSpec) -> JobSpec:
+        """An elastic LLM gang resizes in whole data-parallel ranks: its shard is fixed at admission
+        (``elastic_llm``), where the profile resizes gangs. A profile that runs every gang at its size runs it
+        as the fixed job it asked for, its plan chosen for each placement like any LLM job's."""
+        return elastic_llm(self.cluster, spec) if self.sched.profile.elastic else spec
+
     def restore(self, spec: JobSpec, placement: Placement, *, started: float, now: float) -> None:
         """Put a job the store says is running back on its placement (after a restart): it goes on from
         ``now`` at its modelled speed."""
-        spec = elastic_llm(self.cluster, spec)  # (as it was admitted: the same plan on the same cluster)
+        spec = self._elastic_llm(spec)  # (as it was admitted: the same plan on the same cluster)
         work = self.progress.work_of(spec)
         spec = self._planned(spec)
         r = JobRun(spec, work, status=RunStatus.RUNNING, run_start=started, since=now, first_start=started)
@@ -375,9 +382,9 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
     def _enqueue(self, spec: JobSpec) -> None:
         old = self.pending.get(spec.name)
         if old is not None:
-            self.waiting_milli -= _demand_milli(old)
+            self.waiting_milli -= _demand_milli(old, elastic=self.pending.elastic)
         self.pending.add(spec)
-        self.waiting_milli += _demand_milli(spec)
+        self.waiting_milli += _demand_milli(spec, elastic=self.pending.elastic)
         self.cycles.arrived(spec.name)
         if self.options.explain:
             self._unexplained.add(spec.name)
@@ -386,7 +393,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
         spec = self.pending.get(name)
         if spec is not None:
             self.pending.remove(name)
-            self.waiting_milli -= _demand_milli(spec)
+            self.waiting_milli -= _demand_milli(spec, elastic=self.pending.elastic)
             self.why.pop(name, None)
             self._unexplained.discard(name)
 
@@ -408,8 +415,9 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
             out.append(Change(name, ChangeKind.WAITING, now, status.reason.value, status.message))
 
 
-def _demand_milli(spec: JobSpec) -> int:
-    return spec.unit.gpu_demand_milli * spec.required_units
+def _demand_milli(spec: JobSpec, *, elastic: bool) -> int:
+    """What a waiting job asks for, for the idle rate: at least its minimum where the profile resizes gangs."""
+    return spec.unit.gpu_demand_milli * fewest_units(spec, elastic=elastic)
 
 
 def _expected_end(spec: JobSpec, start: float) -> float | None:

@@ -284,7 +284,8 @@ class KubeScheduler:
             self.reporter.unschedulable(g.pending, why)
         if not p.jobs:
             return 0
-        d = self.sched.schedule(state, PendingQueue(s for _, s in p.jobs.values()), now - self._t0)
+        queue = PendingQueue((s for _, s in p.jobs.values()), elastic=self.sched.profile.elastic)
+        d = self.sched.schedule(state, queue, now - self._t0)
         bound = 0
         for placed in d.placed:
             g, spec = p.jobs[placed.spec.name]

@@ -14,7 +14,7 @@ from rackscale.scheduler.cycle import Attempt, Cycle, JobShape, job_shape
 from rackscale.scheduler.decisions import Reservation
 from rackscale.scheduler.framework import CycleContext, Filter, VictimChooser
 from rackscale.scheduler.gang import GangPlacement
-from rackscale.scheduler.pending import static_shape
+from rackscale.scheduler.pending import fewest_units, static_shape
 from rackscale.scheduler.status import Status
 from rackscale.scheduler.waiting import CLUSTER_FULL, SAME_SHAPE_FAILED
 
@@ -85,7 +85,9 @@ class Admission:
         state, ctx = cycle.state, cycle.ctx
         memo = self._job_memo.get(job.name)
         if memo is None or memo.job is not job:
-            memo = self._job_memo[job.name] = _JobMemo(job, self._static_status(job, state, ctx))
+            memo = self._job_memo[job.name] = _JobMemo(
+                job, self._static_status(job, state, ctx), fewest_units(job, elastic=self.gang.profile.elastic)
+            )
         status = memo.static
         if status is not None:
             cycle.wait(job, status)
@@ -101,7 +103,7 @@ class Admission:
         if cycle.failed:  # (no failure yet: no shape to look up)
             shape = memo.shape(fenced, may_split)
             seen = cycle.failed.get(shape)
-            if seen is not None and job.required_units >= seen.units and job.name not in state.running:
+            if seen is not None and memo.needed >= seen.units and job.name not in state.running:
                 cycle.wait(job, seen.status)
                 return None  # (most of a backlog's jobs: no Attempt built for them)
         attempt = Attempt(job, exclude, fenced, may_split, _shape=shape)
@@ -128,11 +130,12 @@ class _JobMemo:
     last (fenced, may_split) it was asked with (one object per waiting job, for the garbage collector to
     track: no list of four)."""
 
-    __slots__ = ("_asked", "_shape", "job", "static")
+    __slots__ = ("_asked", "_shape", "job", "needed", "static")
 
-    def __init__(self, job: JobSpec, static: Status | None) -> None:
+    def __init__(self, job: JobSpec, static: Status | None, needed: int) -> None:
         self.job = job
         self.static = static
+        self.needed = needed  # ``fewest_units`` under the profile (which an Admission keeps for good)
         self._asked = -1
         self._shape: JobShape | None = None
 

@@ -51,7 +51,9 @@ class CycleDriver:
             # (Freed GPUs are worth a cycle even with nobody waiting if an elastic gang may grow into them.)
             self._fresh.clear()
             return None
-        fresh = PendingQueue(j for n in dict.fromkeys(self._fresh) if (j := pending.get(n)) is not None)
+        fresh = PendingQueue(
+            (j for n in dict.fromkeys(self._fresh) if (j := pending.get(n)) is not None), elastic=pending.elastic
+        )
         self._fresh.clear()
         if not self.freed and not fresh:
             # Nothing happened: no cycle. (Not even a due recheck: the simulator calls only at its events

@@ -57,6 +57,14 @@ def static_shape(job: JobSpec) -> StaticShape:
     )
 
 
+def fewest_units(job: JobSpec, *, elastic: bool = True) -> int:
+    """The fewest units the job can start on under a profile: a service's minimum replicas; an elastic gang's
+    minimum only where the profile resizes gangs (``Profile.elastic``), else every unit it asked for. (A
+    profile that runs gangs at their size must not read the minimum: the cycle remembers a failed shape at
+    this count and skips later jobs of the shape asking no fewer, which would skip a smaller gang that fits.)"""
+    return job.required_units if elastic or job.kind is _INFERENCE else job.units
+
+
 def whole_demand(job: JobSpec) -> int:
     """Whole GPUs the job needs at the least to start (0 for shared-GPU or CPU-only units)."""
     gpus = job.unit.gpus
@@ -65,17 +73,26 @@ def whole_demand(job: JobSpec) -> int:
     return gpus if job.kind is _INFERENCE else gpus * (job.min_units or job.units)
 
 
+def whole_demand_fixed(job: JobSpec) -> int:
+    """:func:`whole_demand` under a profile that runs every gang at its size: all a gang asked for."""
+    gpus = job.unit.gpus
+    if gpus == 0:
+        return 0
+    return gpus if job.kind is _INFERENCE else gpus * job.units
+
+
 class _ShapeSummary:
     """The queued jobs of one static shape: how many ask for each unit count, and how many have each
     duration estimate (inf for none), with a heap of those durations (lazy deletion) built when the
     shortest is first asked for. The counts are built by ``Counter`` over ``attrgetter`` (C loops), and
     then read and written only through ``get``/``pop``/``[]=`` (no ``__missing__``, which runs in Python)."""
 
-    __slots__ = ("heap", "live", "units")
+    __slots__ = ("elastic", "heap", "live", "units")
 
-    def __init__(self, jobs: list[JobSpec]) -> None:
-        if any(map(_MIN_UNITS, jobs)):  # some job may start with fewer units (inference)
-            self.units: dict[int, int] = Counter(j.min_units or j.units for j in jobs)
+    def __init__(self, jobs: list[JobSpec], *, elastic: bool) -> None:
+        self.elastic = elastic
+        if any(map(_MIN_UNITS, jobs)):  # some job may start with fewer units (inference, elastic gangs)
+            self.units: dict[int, int] = Counter(fewest_units(j, elastic=elastic) for j in jobs)
         else:
             self.units = Counter(map(_UNITS, jobs))
         live: dict[float | None, int] = Counter(map(_DURATION, jobs))
@@ -87,7 +104,7 @@ class _ShapeSummary:
 
     def note(self, job: JobSpec, sign: int) -> None:
         units, live = self.units, self.live
-        u = job.required_units
+        u = fewest_units(job, elastic=self.elastic)
         n = units.get(u, 0) + sign
         if n:
             units[u] = n
@@ -114,9 +131,13 @@ class _ShapeSummary:
 
 
 class PendingQueue:
-    __slots__ = ("_demand", "_jobs", "_levels", "_shapes")
+    __slots__ = ("_demand", "_jobs", "_levels", "_shapes", "_whole_demand", "elastic")
 
-    def __init__(self, jobs: Iterable[JobSpec] = ()) -> None:
+    def __init__(self, jobs: Iterable[JobSpec] = (), *, elastic: bool = True) -> None:
+        # ``elastic``: the profile's (``Profile.elastic``): whether a gang's minimum is what it needs to start,
+        # for the smallest demand and the per-shape counts (off: every gang needs all it asked for).
+        self.elastic = elastic
+        self._whole_demand = whole_demand if elastic else whole_demand_fixed
         # Per priority, per queue: the jobs in (submit time, name) order; found by ``bisect`` with that
         # key (no list of keys alongside: a queue built for one cycle would build one per job for nothing).
         self._levels: dict[int, dict[str, list[JobSpec]]] = {}
@@ -137,7 +158,7 @@ class PendingQueue:
         for (prio, queue), group in groupby(ordered, key=_LEVEL):
             levels.setdefault(prio, {})[queue] = list(group)
         demand = self._demand  # (not a ``Counter``: its constructor runs in Python, for one job as for many)
-        for d in map(whole_demand, ordered):
+        for d in map(self._whole_demand, ordered):
             demand[d] = demand.get(d, 0) + 1
         self._jobs.update(latest)
 
@@ -151,7 +172,7 @@ class PendingQueue:
                     groups[key] = [j]
                 else:
                     group.append(j)
-            self._shapes = {key: _ShapeSummary(js) for key, js in groups.items()}
+            self._shapes = {key: _ShapeSummary(js, elastic=self.elastic) for key, js in groups.items()}
         return self._shapes
 
     def _note_shape(self, job: JobSpec, sign: int) -> None:
@@ -160,7 +181,7 @@ class PendingQueue:
         key = static_shape(job)
         summary = self._shapes.get(key)
         if summary is None:
-            summary = self._shapes[key] = _ShapeSummary([])
+            summary = self._shapes[key] = _ShapeSummary([], elastic=self.elastic)
         summary.note(job, sign)
         if not summary.units:
             del self._shapes[key]
@@ -177,7 +198,7 @@ class PendingQueue:
         jobs = self._levels.setdefault(job.priority, {}).setdefault(job.queue, [])
         jobs.insert(bisect.bisect_left(jobs, (job.submit_time, job.name), key=_SUBMITTED), job)
         self._jobs[job.name] = job
-        d = whole_demand(job)
+        d = self._whole_demand(job)
         self._demand[d] = self._demand.get(d, 0) + 1
         self._note_shape(job, +1)
 
@@ -191,7 +212,7 @@ class PendingQueue:
             del level[job.queue]
             if not level:
                 del self._levels[job.priority]
-        d = whole_demand(job)
+        d = self._whole_demand(job)
         n = self._demand[d] - 1
         if n:
             self._demand[d] = n

@@ -137,7 +137,7 @@ class ResourceScheduler:
         are kept off its racks, as they would be in a full cycle. ``attained``: each job's service in its
         earlier runs (the host's map, read by least-attained-service plugins; empty: nobody ran before).
         """
-        queue = pending if isinstance(pending, PendingQueue) else PendingQueue(pending)
+        queue = pending if isinstance(pending, PendingQueue) else PendingQueue(pending, elastic=self.profile.elastic)
         self.gang.new_cycle()
         self.admission.new_cycle(cluster=state.cluster, queued=len(queue))
         ctx = CycleContext(now=now, queues=self.queues, models=state.cluster.gpu_models, attained=attained)
@@ -164,7 +164,7 @@ class ResourceScheduler:
                     if action.run(cycle, attempt):
                         break
                 else:
-                    settle_unplaced(cycle, attempt, backfill=backfill)
+                    settle_unplaced(cycle, attempt, backfill=backfill, elastic=self.profile.elastic)
             if self.profile.elastic:
                 grow(cycle, self.placer)  # into what every pending job left free
         finally:

@@ -13,7 +13,7 @@ from rackscale.model.workload import JobKind, JobSpec
 from rackscale.scheduler.backfill import plan_reservation
 from rackscale.scheduler.cycle import Attempt, Cycle, ShapeFailure
 from rackscale.scheduler.decisions import Reservation
-from rackscale.scheduler.pending import static_shape
+from rackscale.scheduler.pending import fewest_units, static_shape
 from rackscale.scheduler.status import Code, Reason, Status, relative, wait
 
 CLUSTER_FULL = Status(
@@ -33,15 +33,16 @@ SAME_SHAPE_FAILED = Status(
 )
 
 
-def settle_unplaced(cycle: Cycle, attempt: Attempt, *, backfill: bool) -> None:
-    """Record why ``attempt``'s job waits, and learn from its failure. ``backfill``: the profile's."""
+def settle_unplaced(cycle: Cycle, attempt: Attempt, *, backfill: bool, elastic: bool) -> None:
+    """Record why ``attempt``'s job waits, and learn from its failure. ``backfill``, ``elastic``: the profile's."""
     job = attempt.job
     status = attempt.status
     assert status is not None, "an action that fails says why"
     if status.code is Code.ERROR:
         cycle.wait(job, status)
         return
-    cycle.failed[attempt.shape] = ShapeFailure(job.required_units, status)
+    needed = fewest_units(job, elastic=elastic)
+    cycle.failed[attempt.shape] = ShapeFailure(needed, status)
     reservation = cycle.reservation
     if attempt.may_split and job.kind is not JobKind.INFERENCE:
         static = static_shape(job)
@@ -53,7 +54,9 @@ def settle_unplaced(cycle: Cycle, attempt: Attempt, *, backfill: bool) -> None:
         ):
             if cycle.shapes is None:
                 cycle.shapes = cycle.queue.shape_count()
-            if job.required_units <= (cycle.queue.min_units(static) or 0):
+            # (The queue's smallest request reads elastic gangs' minimums: with ``elastic`` off it is at most
+            # what they need, so this errs towards looking at more jobs.)
+            if needed <= (cycle.queue.min_units(static) or 0):
                 cycle.covered.add(static)
     if reservation is None and backfill and status.code is Code.UNSCHEDULABLE:
         cycle.reservation = plan_reservation(job, cycle.state, cycle.ctx)
