@@ -22,6 +22,7 @@ from rackscale.scheduler.backfill import plan_reservation
 from rackscale.scheduler.decisions import ResizeKind
 from rackscale.scheduler.elastic import MIN_RESIZE_INTERVAL_S
 from rackscale.scheduler.framework import CycleContext
+from rackscale.scheduler.status import Code, Reason
 
 FIXED = replace(PROFILES["rackscale"], name="rackscale-fixed", elastic=False)
 LATER = MIN_RESIZE_INTERVAL_S + 1.0
@@ -78,6 +79,26 @@ def test_a_profile_without_elastic_reads_a_gang_by_its_size_not_its_minimum(prof
     behind = training("f", 4, submit_time=1.0, duration_estimate_s=100.0)
     d = run_cycle(state, [first, behind], now=10.0, profile=profile)
     assert [p.spec.name for p in d.placed] == ["f"], render(state)
+
+
+@pytest.mark.parametrize(
+    ("profile", "expect"),
+    [(PROFILES["rackscale"], "placed"), (FIXED, Code.UNRESOLVABLE), (PROFILES["tiresias"], Code.UNRESOLVABLE)],
+    ids=["rackscale-starts-it-on-what-there-is", "fixed-refuses-it", "tiresias-refuses-it"],
+)
+def test_a_gang_larger_than_the_cluster_fits_only_where_it_may_start_smaller(
+    profile: Profile, expect: str | Code
+) -> None:
+    """24 GPUs asked (minimum 4) on a cluster of 16: a profile that resizes gangs starts it smaller; one that
+    runs gangs at their size can never run it, and says so ("too large") instead of keeping it waiting."""
+    state = ClusterBuilder().racks(2).build()
+    d = run_cycle(state, [elastic("big", 24, 4, 24)], now=10.0, profile=profile)
+    if expect == "placed":
+        assert placed(d, "big").placement.whole_gpus == 8  # the emptiest rack, whole
+        return
+    assert not d.placed
+    (p,) = d.pending
+    assert p.status.code is expect and p.status.reason is Reason.TOO_LARGE, p.status
 
 
 def test_a_profile_without_elastic_runs_the_gang_at_its_size() -> None:

@@ -8,6 +8,7 @@ from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.view import StateView
 from rackscale.model.workload import JobKind, JobSpec, Level
 from rackscale.scheduler.framework import FILTERS, CycleContext
+from rackscale.scheduler.pending import fewest_units
 from rackscale.scheduler.status import SUCCESS, Reason, Status, unresolvable, wait
 
 
@@ -111,10 +112,11 @@ class FitsEverFilter:
                 f"{caps.region_gpus}; ask for fewer GPUs or drop topology.required",
                 self.name,
             )
-        if job.unit.gpu_demand_milli * job.required_units > caps.total_gpus * MILLI_PER_GPU:
+        fewest = fewest_units(job, elastic=ctx.elastic)  # (a gang's minimum only where the profile resizes)
+        if job.unit.gpu_demand_milli * fewest > caps.total_gpus * MILLI_PER_GPU:
             return unresolvable(
                 Reason.TOO_LARGE,
-                f"the job needs {job.unit.gpu_demand_milli * job.required_units / MILLI_PER_GPU:g} GPUs "
+                f"the job needs {job.unit.gpu_demand_milli * fewest / MILLI_PER_GPU:g} GPUs "
                 f"but the cluster has {caps.total_gpus} of the allowed models; ask for fewer",
                 self.name,
             )
@@ -132,7 +134,7 @@ class QuotaFilter:
         used = state.queue_usage.get(job.queue)
         held = used.gpu_milli if used else 0
         quota = int(cfg.quota_gpus * MILLI_PER_GPU)
-        asked = job.unit.gpu_demand_milli * job.required_units
+        asked = job.unit.gpu_demand_milli * fewest_units(job, elastic=ctx.elastic)
         if held + asked > quota:
             return wait(
                 Reason.QUOTA,

@@ -74,6 +74,7 @@ class CycleContext:
     queues: Mapping[str, QueueConfig]
     models: tuple[str, ...]
     attained: Mapping[str, AttainedService] = field(default_factory=lambda: NO_SERVICE)
+    elastic: bool = True  # the profile's ``Profile.elastic``: may a gang start on its minimum (``fewest_units``)?
 
 
 class QueueSort(Protocol):

@@ -140,7 +140,13 @@ class ResourceScheduler:
         queue = pending if isinstance(pending, PendingQueue) else PendingQueue(pending, elastic=self.profile.elastic)
         self.gang.new_cycle()
         self.admission.new_cycle(cluster=state.cluster, queued=len(queue))
-        ctx = CycleContext(now=now, queues=self.queues, models=state.cluster.gpu_models, attained=attained)
+        ctx = CycleContext(
+            now=now,
+            queues=self.queues,
+            models=state.cluster.gpu_models,
+            attained=attained,
+            elastic=self.profile.elastic,
+        )
         cycle = Cycle(
             tx=Transaction(state),
             queue=queue,
@@ -177,7 +183,7 @@ class ResourceScheduler:
         holder = reservation.job_spec
         if holder is None:
             return None
-        ctx = CycleContext(now=now, queues=self.queues, models=state.cluster.gpu_models)
+        ctx = CycleContext(now=now, queues=self.queues, models=state.cluster.gpu_models, elastic=self.profile.elastic)
         return plan_reservation(holder, state, ctx)
 
 
