@@ -54,8 +54,7 @@ def settle_unplaced(cycle: Cycle, attempt: Attempt, *, backfill: bool, elastic: 
         ):
             if cycle.shapes is None:
                 cycle.shapes = cycle.queue.shape_count()
-            # (The queue's smallest request reads elastic gangs' minimums: with ``elastic`` off it is at most
-            # what they need, so this errs towards looking at more jobs.)
+            # (The queue counts each job's request by the same rule: ``PendingQueue(elastic=...)``.)
             if needed <= (cycle.queue.min_units(static) or 0):
                 cycle.covered.add(static)
     if reservation is None and backfill and status.code is Code.UNSCHEDULABLE:
