@@ -86,7 +86,7 @@ class Admission:
         memo = self._job_memo.get(job.name)
         if memo is None or memo.job is not job:
             memo = self._job_memo[job.name] = _JobMemo(
-                job, self._static_status(job, state, ctx), fewest_units(job, elastic=self.gang.profile.elastic)
+                job, self._static_status(job, state, ctx), fewest_units(job, elastic=ctx.elastic)
             )
         status = memo.static
         if status is not None:
@@ -135,7 +135,7 @@ class _JobMemo:
     def __init__(self, job: JobSpec, static: Status | None, needed: int) -> None:
         self.job = job
         self.static = static
-        self.needed = needed  # ``fewest_units`` under the profile (which an Admission keeps for good)
+        self.needed = needed  # ``fewest_units`` under the profile (``CycleContext.elastic``, the same every cycle)
         self._asked = -1
         self._shape: JobShape | None = None
 

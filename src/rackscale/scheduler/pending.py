@@ -75,10 +75,7 @@ def whole_demand(job: JobSpec) -> int:
 
 def whole_demand_fixed(job: JobSpec) -> int:
     """:func:`whole_demand` under a profile that runs every gang at its size: all a gang asked for."""
-    gpus = job.unit.gpus
-    if gpus == 0:
-        return 0
-    return gpus if job.kind is _INFERENCE else gpus * job.units
+    return job.unit.gpus * (1 if job.kind is _INFERENCE else job.units)  # (a service: one replica to start)
 
 
 class _ShapeSummary:

@@ -170,7 +170,7 @@ class ResourceScheduler:
                     if action.run(cycle, attempt):
                         break
                 else:
-                    settle_unplaced(cycle, attempt, backfill=backfill, elastic=self.profile.elastic)
+                    settle_unplaced(cycle, attempt, backfill=backfill)
             if self.profile.elastic:
                 grow(cycle, self.placer)  # into what every pending job left free
         finally:

@@ -33,15 +33,15 @@ SAME_SHAPE_FAILED = Status(
 )
 
 
-def settle_unplaced(cycle: Cycle, attempt: Attempt, *, backfill: bool, elastic: bool) -> None:
-    """Record why ``attempt``'s job waits, and learn from its failure. ``backfill``, ``elastic``: the profile's."""
+def settle_unplaced(cycle: Cycle, attempt: Attempt, *, backfill: bool) -> None:
+    """Record why ``attempt``'s job waits, and learn from its failure. ``backfill``: the profile's."""
     job = attempt.job
     status = attempt.status
     assert status is not None, "an action that fails says why"
     if status.code is Code.ERROR:
         cycle.wait(job, status)
         return
-    needed = fewest_units(job, elastic=elastic)
+    needed = fewest_units(job, elastic=cycle.ctx.elastic)  # (the profile's: a gang's minimum only if it resizes)
     cycle.failed[attempt.shape] = ShapeFailure(needed, status)
     reservation = cycle.reservation
     if attempt.may_split and job.kind is not JobKind.INFERENCE:
