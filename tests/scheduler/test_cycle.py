@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from rackscale.model import ClusterState, GPUCluster, training
+from rackscale.model import ClusterState, GPUCluster, Placement, Transaction, training
 from rackscale.scheduler import PendingQueue, Profile, ResourceScheduler
-from rackscale.scheduler.cycle import Attempt, JobShape
+from rackscale.scheduler.cycle import Attempt, Cycle, JobShape
+from rackscale.scheduler.decisions import Placed, Resized, ResizeKind
+from rackscale.scheduler.framework import CycleContext
 from rackscale.scheduler.status import Reason
 
 
@@ -82,3 +84,32 @@ def test_the_per_job_memo_stays_near_the_queue_size() -> None:
         queue = PendingQueue([training(f"j{i}-{k}", 8, gpus_per_worker=8) for k in range(600)])
         sched.schedule(state, queue, float(i))
         assert len(sched.admission._job_memo) <= 2 * len(queue) + 1024 + len(queue)
+
+
+def test_protected_is_every_job_placed_or_resized_so_far_however_often_it_is_asked() -> None:
+    # The preemption step asks for the jobs it may not stop after each placement it follows; the answer is
+    # extended from the last one, so a stale answer (a job placed or resized since) would let it stop a job
+    # the cycle has just decided to run.
+    state = ClusterState(_small())
+    cycle = Cycle(
+        tx=Transaction(state),
+        queue=PendingQueue([]),
+        ctx=CycleContext(now=0.0, queues={}, models=state.cluster.gpu_models),
+        reservation=None,
+        min_demand=0,
+    )
+    assert cycle.protected() == frozenset()
+
+    def placed(name: str) -> Placed:
+        return Placed(training(name, 1), Placement(name, (), 1), None)
+
+    cycle.placed.append(placed("a"))
+    assert cycle.protected() == {"a"}
+    cycle.placed += [placed("b"), placed("c")]
+    assert cycle.protected() == {"a", "b", "c"}
+    cycle.resized["g"] = Resized(training("g", 2), Placement("g", (), 2), 4, ResizeKind.SHRUNK, "")
+    assert cycle.protected() == {"a", "b", "c", "g"}
+    assert cycle.protected() == {"a", "b", "c", "g"}  # asked again, nothing new
+    cycle.placed.append(placed("d"))
+    cycle.resized["h"] = Resized(training("h", 2), Placement("h", (), 2), 1, ResizeKind.GROWN, "")
+    assert cycle.protected() == {"a", "b", "c", "d", "g", "h"}

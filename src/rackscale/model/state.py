@@ -67,8 +67,13 @@ class ClusterState(CapacityState):
         # Running elastic gangs that may be resized (``JobSpec.is_elastic``, preemptible): the scheduler's
         # shrink and growth visit these, never every running job.
         self.elastic: set[str] = set()
-        # Expected ends of running jobs, kept sorted (backfill and the split decision read them in order).
+        # Expected ends of running jobs, sorted (backfill and the split decision read them in order). Changes
+        # wait in ``_ends_in`` / ``_ends_out`` until the next read: a cycle allocates and rolls back every
+        # placement it tries, and such an add and its discard cancel there, in a set, where the sorted
+        # list takes 2.8 us for the pair (5 % of a 10,000-job backlog cycle at 100,000 GPUs).
         self._ends: SortedList = SortedList()
+        self._ends_in: set[tuple[float, str]] = set()  # not in ``_ends`` yet
+        self._ends_out: set[tuple[float, str]] = set()  # in ``_ends``, gone
         # Per node, the buckets its whole-free count moves in (``_whole_moved``), looked up once here
         # rather than through nine lookups for every slice a cycle places and rolls back.
         racks = cluster.racks
@@ -133,7 +138,11 @@ class ClusterState(CapacityState):
         if spec.preemptible:
             self.preemptible_priorities[spec.priority] += 1
         if expected_end is not None:
-            self._ends.add((expected_end, name))
+            end = (expected_end, name)
+            if end in self._ends_out:
+                self._ends_out.discard(end)  # back as it was (a rollback's restore)
+            else:
+                self._ends_in.add(end)
         u = self.queue_usage.get(spec.queue)
         if u is None:  # (not ``setdefault(queue, Usage())``: that builds a Usage per call)
             u = self.queue_usage[spec.queue] = Usage()
@@ -159,7 +168,11 @@ class ClusterState(CapacityState):
         for r in rj.racks:
             rack_jobs[r].discard(name)
         if rj.expected_end is not None:
-            self._ends.discard((rj.expected_end, name))
+            end = (rj.expected_end, name)
+            if end in self._ends_in:
+                self._ends_in.discard(end)  # never read: the sorted list never had it
+            else:
+                self._ends_out.add(end)
         self.opportunistic.discard(name)
         self.elastic.discard(name)
         spec = rj.spec
@@ -343,7 +356,15 @@ class ClusterState(CapacityState):
     def ends_in_order(self) -> Iterator[tuple[float, str]]:
         """Running jobs with an expected end, soonest first. A snapshot: the state may change while the
         caller reads it (O(running jobs) to take, then O(1) per job read)."""
-        return iter(list(self._ends))
+        ends = self._ends
+        if self._ends_out:
+            for end in self._ends_out:
+                ends.remove(end)
+            self._ends_out.clear()
+        if self._ends_in:
+            ends.update(self._ends_in)
+            self._ends_in.clear()
+        return iter(list(ends))
 
     def has_preemptible_below(self, priority: int) -> bool:
         """Is any running preemptible job of lower priority? (O(distinct priorities))"""

@@ -86,7 +86,7 @@ class Preempt:
             return False  # a placer's bug is not a reason to evict anyone
         tx, state = cycle.tx, cycle.state
         # Nor a job the cycle resized: its new size is decided (``elastic.py``).
-        protected = frozenset(p.spec.name for p in cycle.placed).union(cycle.resized)
+        protected = cycle.protected()
         choices = self.victims.choose(job, state, cycle.ctx, exclude_racks=attempt.exclude, protected=protected)
         for choice in choices:
             before = tx.checkpoint()

@@ -111,7 +111,7 @@ class Consolidate:
         if not racks:
             return False
         # Never a job placed or resized (``elastic.py``) this cycle: its place is decided.
-        protected = frozenset(p.spec.name for p in cycle.placed).union(cycle.resized)
+        protected = cycle.protected()
         plans = sorted(
             (p for r in racks if (p := self._plan(cycle, job, r, protected)) is not None),
             key=lambda p: (p.gpus, p.cost, p.rack),

@@ -121,6 +121,9 @@ class Cycle:
     examined: int
     tried: int
     stop: Status | None  # why the jobs after ``examined`` were not looked at
+    # ``protected()``'s last answer, and the counts of ``placed`` and ``resized`` it was built from
+    _protected: frozenset[str]
+    _protected_from: tuple[int, int]
 
     def __init__(
         self,
@@ -150,6 +153,22 @@ class Cycle:
         self.examined = 0
         self.tried = 0
         self.stop = None
+        self._protected = frozenset()
+        self._protected_from = (0, 0)
+
+    def protected(self) -> frozenset[str]:
+        """The jobs no action of this cycle may stop: those it placed and those it resized. Extended from the
+        last answer (``placed`` only grows, ``resized`` only gains keys): a backlog cycle preempts after
+        placing thousands of jobs, and rebuilding the set for every preemptor was ~2 % of such a cycle."""
+        placed, resized = self.placed, self.resized
+        done, done_resized = self._protected_from
+        if done == len(placed) and done_resized == len(resized):
+            return self._protected
+        got = self._protected.union([p.spec.name for p in placed[done:]])
+        if done_resized != len(resized):
+            got = got.union(resized)
+        self._protected, self._protected_from = got, (len(placed), len(resized))
+        return got
 
     def wait(self, job: JobSpec, status: Status) -> None:
         self.waiting.append(Pending(job, status))

@@ -9,8 +9,6 @@ or returns slices the state refuses, is a bug of rackscale's, reported to the jo
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.topology import MILLI_PER_GPU
 from rackscale.model.transaction import Transaction
@@ -109,9 +107,9 @@ class GangPlacement:
         first: Placement | None = None  # what the state was given: the answer too, when nothing merges
         for req, n_units in groups:
             if req.spread:
-                req = replace(req, avoid_nodes=frozenset(avoid_nodes), avoid_racks=frozenset(avoid_racks))
+                req = req._replace(avoid_nodes=frozenset(avoid_nodes), avoid_racks=frozenset(avoid_racks))
             if pin_level is not None and allocs:
-                req = replace(req, only_racks=_pinned(state, allocs[0].node, pin_level, req.only_racks))
+                req = req._replace(only_racks=_pinned(state, allocs[0].node, pin_level, req.only_racks))
             try:
                 got = self.placer.place(state, req)
                 if got is None:
@@ -147,7 +145,7 @@ class GangPlacement:
                 placement = first
             else:
                 placement = Placement(job.name, merged, units)
-        return Placed(job, placement, end, backfilled=backfilled, scale_up=running is not None)
+        return Placed(job, placement, end, backfilled, running is not None)  # (by position: one per placement)
 
     def may_split(self, job: JobSpec, now: float, state: StateView) -> bool:
         """May a gang that prefers one rack be split over racks now? After ``split_wait_s`` of waiting,

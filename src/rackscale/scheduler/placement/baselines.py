@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
 
 from rackscale.model.placement import NodeAlloc
 from rackscale.model.view import StateView
@@ -44,7 +43,7 @@ def one_region_at_a_time(
         if free[g] < req.total_gpus:
             continue
         racks = frozenset(cluster.regions[g].racks)
-        sub = replace(req, one_region=False, only_racks=racks if req.only_racks is None else racks & req.only_racks)
+        sub = req._replace(one_region=False, only_racks=racks if req.only_racks is None else racks & req.only_racks)
         got = place(sub)
         if got is not None:
             return got
