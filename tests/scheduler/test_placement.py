@@ -23,7 +23,7 @@ from builders import (
 )
 
 from rackscale.model import JobSpec, Level, PreemptionPolicy, Resources, TopologyConstraint, batch, inference, training
-from rackscale.scheduler import PROFILES, Code, Profile, QueueConfig, Reason
+from rackscale.scheduler import PROFILES, Code, Profile, QueueConfig, Reason, ResourceScheduler
 
 RACK = TopologyConstraint(required=Level.RACK)
 REGION = TopologyConstraint(required=Level.REGION)
@@ -554,13 +554,16 @@ def test_first_fit_spreads_a_small_gang_over_more_racks_than_rackscale(gpus: int
     assert spread["first-fit"] > spread["rackscale"]
 
 
-def test_a_gang_old_enough_to_split_is_not_refused_for_a_younger_ones_failure() -> None:
+@pytest.mark.parametrize("policy", ["cost", "eager"])
+def test_a_gang_old_enough_to_split_is_not_refused_for_a_younger_ones_failure(policy: str) -> None:
     # region-0
     # ├── r000: n00 [aaaa] n01 [....]   a, b: priority 10
     # └── r001: n00 [bbbb] n01 [....]
     # The profile splits a gang that prefers one rack only after it waited 100 s. At t=120 "young"
     # (submitted at 50, priority 5) may not split and fails; "old" (submitted at 0) may, over two racks.
-    patient = Profile(name="patient", split_wait_s=100, backfill=False)
+    # (With the "eager" policy the split needs no cost test, but the wait still holds: admission must not
+    # take the young gang's answer for every job of its shape.)
+    patient = Profile(name="patient", split_wait_s=100, split_policy=policy, backfill=False)
     state = (
         cluster().with_running("a", gpus=4, rack=0, priority=10).with_running("b", gpus=4, rack=1, priority=10).build()
     )
@@ -570,3 +573,28 @@ def test_a_gang_old_enough_to_split_is_not_refused_for_a_younger_ones_failure() 
     st = d.pending_status("young")
     assert st is not None and st.reason is Reason.FRAGMENTED
     assert racks_of(state, placed(d, "old").placement) == [0, 1]
+
+
+# (id, profile's split_wait_s, split_policy, the job's GPUs, may it split at any instant and state?)
+SPLIT_FREE_CASES = [
+    pytest.param(0.0, "cost", 1, True, id="one-gpu-nothing-to-weigh"),
+    pytest.param(0.0, "cost", 8, False, id="cost-weighs-the-wait-for-a-rack"),
+    pytest.param(0.0, "eager", 8, True, id="eager-splits-at-once"),
+    pytest.param(100.0, "eager", 8, False, id="eager-after-its-wait-only"),
+    pytest.param(100.0, "cost", 1, False, id="a-wait-holds-any-size"),
+]
+
+
+@pytest.mark.parametrize(("wait_s", "policy", "gpus", "free"), SPLIT_FREE_CASES)
+def test_split_is_free_only_where_may_split_reads_neither_time_nor_state(
+    wait_s: float, policy: str, gpus: int, free: bool
+) -> None:
+    # Admission keeps this per queued job instead of asking ``may_split`` every cycle, so where it says
+    # "free" ``may_split`` must be true at every instant, on any state.
+    sched = ResourceScheduler(profile=Profile(name="p", split_wait_s=wait_s, split_policy=policy))
+    job = training("j", gpus, submit_time=50)
+    assert sched.gang.split_is_free(job) is free
+    if free:
+        for state in (cluster().build(), cluster().with_running("a", gpus=4, rack=0).build()):
+            for now in (50.0, 60.0, 1e6):
+                assert sched.gang.may_split(job, now, state)

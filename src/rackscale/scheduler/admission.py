@@ -11,7 +11,7 @@ from rackscale.model.topology import GPUCluster
 from rackscale.model.view import StateView
 from rackscale.model.workload import JobSpec
 from rackscale.scheduler.cycle import Attempt, Cycle, JobShape, job_shape
-from rackscale.scheduler.decisions import Reservation
+from rackscale.scheduler.decisions import Pending
 from rackscale.scheduler.framework import CycleContext, Filter, VictimChooser
 from rackscale.scheduler.gang import GangPlacement
 from rackscale.scheduler.pending import fewest_units, static_shape
@@ -86,7 +86,10 @@ class Admission:
         memo = self._job_memo.get(job.name)
         if memo is None or memo.job is not job:
             memo = self._job_memo[job.name] = _JobMemo(
-                job, self._static_status(job, state, ctx), fewest_units(job, elastic=ctx.elastic)
+                job,
+                self._static_status(job, state, ctx),
+                fewest_units(job, elastic=ctx.elastic),
+                self.gang.split_is_free(job),
             )
         status = memo.static
         if status is not None:
@@ -96,15 +99,21 @@ class Admission:
         end = now + job.duration_estimate_s if job.duration_estimate_s is not None else None
         exclude: frozenset[int] = frozenset()
         r = cycle.reservation
-        if r is not None and job.name != r.job and job.priority <= r.priority and not _fits_before(end, r):
+        if (
+            r is not None
+            and job.name != r.job
+            and job.priority <= r.priority
+            and not (end is not None and r.start is not None and end <= r.start)  # (inline: once per queued job)
+        ):
             exclude = r.racks  # it would delay the reservation's holder: it may only be backfilled
-        fenced, may_split = bool(exclude), self.gang.may_split(job, now, state)
+        fenced = bool(exclude)
+        may_split = memo.split_free or self.gang.may_split(job, now, state)
         shape = None
         if cycle.failed:  # (no failure yet: no shape to look up)
             shape = memo.shape(fenced, may_split)
             seen = cycle.failed.get(shape)
             if seen is not None and memo.needed >= seen.units and job.name not in state.running:
-                cycle.wait(job, seen.status)
+                cycle.waiting.append(Pending(job, seen.status))
                 return None  # (most of a backlog's jobs: no Attempt built for them)
         attempt = Attempt(job, exclude, fenced, may_split, _shape=shape)
         status = _run(self._dynamic, job, state, ctx)
@@ -130,12 +139,13 @@ class _JobMemo:
     last (fenced, may_split) it was asked with (one object per waiting job, for the garbage collector to
     track: no list of four)."""
 
-    __slots__ = ("_asked", "_shape", "job", "needed", "static")
+    __slots__ = ("_asked", "_shape", "job", "needed", "split_free", "static")
 
-    def __init__(self, job: JobSpec, static: Status | None, needed: int) -> None:
+    def __init__(self, job: JobSpec, static: Status | None, needed: int, split_free: bool) -> None:
         self.job = job
         self.static = static
         self.needed = needed  # ``fewest_units`` under the profile (``CycleContext.elastic``, the same every cycle)
+        self.split_free = split_free  # ``GangPlacement.split_is_free``: may split now, whatever the state
         self._asked = -1
         self._shape: JobShape | None = None
 
@@ -160,7 +170,3 @@ def _no_room_left(state: StateView, min_demand: int, priority: int) -> bool:
     """True when fewer whole GPUs are free than the smallest pending job needs, and no running job of
     lower priority than ``priority`` (the highest priority still to be tried) could make room."""
     return state.free_whole_gpus < min_demand and not state.has_preemptible_below(priority)
-
-
-def _fits_before(end: float | None, reservation: Reservation) -> bool:
-    return end is not None and reservation.start is not None and end <= reservation.start

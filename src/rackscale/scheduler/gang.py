@@ -147,6 +147,11 @@ class GangPlacement:
                 placement = Placement(job.name, merged, units)
         return Placed(job, placement, end, backfilled, running is not None)  # (by position: one per placement)
 
+    def split_is_free(self, job: JobSpec) -> bool:
+        """Is ``may_split`` true for ``job`` at any instant, whatever the state? Then admission reads it once
+        per queued job (its memo) rather than asking every cycle (most of a backlog's jobs: one GPU)."""
+        return self.profile.split_wait_s <= 0 and (self.profile.split_policy != "cost" or job.total_gpus < 2)
+
     def may_split(self, job: JobSpec, now: float, state: StateView) -> bool:
         """May a gang that prefers one rack be split over racks now? After ``split_wait_s`` of waiting,
         and, with the ``cost`` split policy, only if waiting for a rack would cost more (``split.py``)."""
