@@ -187,6 +187,26 @@ def simulate(
     philly: Annotated[
         str | None, typer.Option("--philly", help="Path of philly.csv (default ../shared/traces/philly/philly.csv).")
     ] = None,
+    seeds: Annotated[
+        int | None,
+        typer.Option(
+            "--seeds",
+            min=1,
+            max=1000,
+            help="Run the multi-seed scenarios (goals-synthetic, goals-elastic, elastic-ab) on seeds "
+            "0..N-1 instead of their 10.",
+        ),
+    ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            min=1,
+            max=64,
+            help="Runs at once, each in its own process (default 1). The KPIs are the same; the timings are then "
+            "measured beside the other runs.",
+        ),
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
 ) -> None:
     """Simulator speed (events/s, wall time, peak memory) and quality (idle rate, intra-rack share, mean
@@ -198,6 +218,8 @@ def simulate(
       rackscale bench simulate --scenario synthetic --scenario million --json > sim-bench.json
 
       rackscale bench simulate --scenario goals-synthetic --scenario goals-philly-x4
+
+      rackscale bench simulate --scenario goals-synthetic --seeds 40 --workers 2
 
     The goals-* scenarios run rackscale and every baseline (10 seeds of the default for goals-synthetic) and
     judge issue 13's goals: idle <= 5 %, intra-rack >= 90 %, single-rack training >= 90 %, mean JCT below
@@ -233,7 +255,13 @@ def simulate(
             bar.update(tasks[label], completed=done, total=total)
 
         try:
-            result = run_simulation_benchmark(scenarios=names, philly=Path(philly) if philly else None, progress=show)
+            result = run_simulation_benchmark(
+                scenarios=names,
+                philly=Path(philly) if philly else None,
+                progress=show,
+                seeds=seeds,
+                workers=workers,
+            )
         except (FileNotFoundError, ValueError) as exc:
             bar.stop()
             fail(str(exc))
