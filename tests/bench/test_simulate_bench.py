@@ -160,3 +160,24 @@ def test_the_command_passes_seeds_and_workers_through(fake: FakeRuns) -> None:
     assert result.exit_code == 0, result.output
     assert sorted({c["seed"] for c in fake.configs}) == [0, 1]
     assert len(fake.configs) == 2 * len(bench_simulate.goal_policies())
+
+
+def test_the_progress_display_takes_each_runs_reports_from_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each run reports as a child does ([done, total]), the last report twice: a finished run leaves the display
+    # and a late report of it is ignored, with two runs reporting at once.
+    reported: list[list[int]] = []
+
+    def reporting(target: str, config: Config, *, progress: Any = None) -> Config:
+        for values in ([1, 3], [3, 3], [3, 3]):
+            if progress is not None:
+                progress(values)
+            reported.append(values)
+            time.sleep(0.001)
+        return kpis_of(config)
+
+    monkeypatch.setattr(bench_simulate, "run_isolated", reporting)
+    result = CliRunner().invoke(
+        app, ["bench", "simulate", "--scenario", "elastic-ab", "--seeds", "3", "--workers", "2", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert len(reported) == 3 * 2 * 3  # 2 policies x 3 seeds, three reports each

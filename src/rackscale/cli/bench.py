@@ -248,11 +248,21 @@ def simulate(
         transient=True,
     ) as bar:
         tasks: dict[str, TaskID] = {}
+        finished = bar.add_task("runs finished", total=None)
+
+        gone: set[str] = set()
 
         def show(label: str, done: int, total: int) -> None:
+            # (Called from the workers' threads with --workers: each label is one run's, so one thread's.)
+            if label in gone:
+                return
             if label not in tasks:
                 tasks[label] = bar.add_task(label, total=total)
             bar.update(tasks[label], completed=done, total=total)
+            if total and done >= total:  # a finished run leaves the display (40 seeds x 7 policies are 280)
+                bar.remove_task(tasks.pop(label))
+                gone.add(label)
+                bar.advance(finished)
 
         try:
             result = run_simulation_benchmark(
