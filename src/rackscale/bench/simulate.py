@@ -223,7 +223,7 @@ def run_simulation_benchmark(
         raise ValueError(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
     trace = philly or default_philly()
     used = {n: _with_seeds(SCENARIOS[n], seeds) for n in names}
-    runs: list[tuple[str, str, int | None, Result, str]] = []  # (scenario, policy, seed, config, label)
+    configs: list[Result] = []  # one per run, in the report's order
     for name in names:
         scenario = used[name]
         if scenario.get("trace") == "philly" and not trace.exists():
@@ -231,33 +231,35 @@ def run_simulation_benchmark(
         policies = goal_policies() if scenario["policies"] == "goals" else scenario["policies"]
         for policy in policies:
             for seed in scenario.get("seeds") or [None]:
-                label = f"{name} / {policy}" + (f" / seed {seed}" if seed is not None else "")
                 config = {k: v for k, v in scenario.items() if k not in ("policies", "seeds")}
                 config.update(policy=policy, philly=str(trace), scenario=name)
                 if seed is not None:
                     config["seed"] = seed
-                runs.append((name, policy, seed, config, label))
+                configs.append(config)
 
-    def one(config: Result, label: str) -> Result:
+    def one(config: Result) -> Result:
+        seed = config.get("seed")
+        label = f"{config['scenario']} / {config['policy']}" + (f" / seed {seed}" if seed is not None else "")
         show = (lambda values: progress(label, *values)) if progress is not None else None
         return run_isolated(f"{__name__}:run_one", config, progress=show)
 
     if workers == 1:
-        got_all = [one(config, label) for _, _, _, config, label in runs]
+        got_all = [one(config) for config in configs]
     else:
         # Threads only wait for the child processes; the results are gathered in the runs' order.
         from concurrent.futures import ThreadPoolExecutor
 
         pool = ThreadPoolExecutor(max_workers=workers)
         try:
-            futures = [pool.submit(one, config, label) for _, _, _, config, label in runs]
+            futures = [pool.submit(one, config) for config in configs]
             got_all = [f.result() for f in futures]
         except BaseException:
             pool.shutdown(cancel_futures=True)  # a failed run stops the benchmark: the queued runs never start
             raise
         pool.shutdown()
     results: dict[str, dict[str, Result]] = {}
-    for (name, policy, seed, _, _), got in zip(runs, got_all, strict=True):
+    for config, got in zip(configs, got_all, strict=True):
+        name, policy, seed = config["scenario"], config["policy"], config.get("seed")
         if seed is None:
             results.setdefault(name, {})[policy] = got
         else:

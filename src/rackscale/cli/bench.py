@@ -249,8 +249,7 @@ def simulate(
     ) as bar:
         tasks: dict[str, TaskID] = {}
         finished = bar.add_task("runs finished", total=None)
-
-        gone: set[str] = set()
+        gone: set[str] = set()  # runs that finished: a late report of one is ignored
 
         def show(label: str, done: int, total: int) -> None:
             # (Called from the workers' threads with --workers: each label is one run's, so one thread's.)
