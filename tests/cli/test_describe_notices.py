@@ -4,6 +4,7 @@ The real service (2 NVL72 racks, clock 1000x) on a loopback port, the verbs thro
 
 from __future__ import annotations
 
+import pytest
 from tests.cli.test_service_verbs import (  # noqa: F401  (_no_user_config, service: the fixtures)
     _no_user_config,
     admin_client,
@@ -14,6 +15,8 @@ from tests.cli.test_service_verbs import (  # noqa: F401  (_no_user_config, serv
     wait_status,
 )
 from tests.service.conftest import LiveService, wait_for
+
+from rackscale.cli import describe
 
 
 def events_of(out: str) -> list[list[str]]:
@@ -43,3 +46,49 @@ def test_describe_shows_the_drains_notice_and_its_end(service: LiveService) -> N
         assert c.post(f"/v1/nodes/{node}/uncordon").status_code == 200
     out = str(wait_for(lambda: (o := described()) and "DrainCalledOff" in o and o, what="the called-off notice"))
     assert events_of(out)[-1][3] == f"the drain of node {node} was called off: it goes on"
+
+
+def _job_doc(status: str, started: float | None, ended: float | None) -> dict[str, object]:
+    return {
+        "name": "j",
+        "queue": "default",
+        "kind": "training",
+        "priority": 0,
+        "gpus": 4.0,
+        "status": status,
+        "reason": "",
+        "message": "",
+        "submitted": 0.0,
+        "started": started,
+        "ended": ended,
+        "restarts": 1 if status == "pending" else 0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "started", "ended", "shown", "absent"),
+    [
+        pytest.param(
+            "running", 100.0, None, ["Started:", "Running for:  15m"], ["Ran for", "Last started"], id="running"
+        ),
+        pytest.param("completed", 100.0, 700.0, ["Started:", "Ran for:      10m"], ["Running for"], id="ended"),
+        pytest.param("pending", None, None, ["Started:      -"], ["Running for", "Ran for"], id="never-started"),
+        # Preempted and waiting again: its last run's start stays, but it is not running (it said
+        # "Running for: 15m" of a job that waited in the queue).
+        pytest.param("pending", 100.0, None, ["Last started:"], ["Running for", "Ran for"], id="preempted-waiting"),
+    ],
+)
+def test_describe_says_how_long_a_job_runs_only_while_it_runs(
+    status: str,
+    started: float | None,
+    ended: float | None,
+    shown: list[str],
+    absent: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    describe._job(_job_doc(status, started, ended), [], 1000.0)
+    out = capsys.readouterr().out
+    for text in shown:
+        assert text in out
+    for text in absent:
+        assert text not in out

@@ -82,12 +82,17 @@ def _job(job: dict[str, Any], events: list[dict[str, Any]], now: float) -> None:
     if status != "pending" and job.get("message"):
         _line("Message", job["message"])
     _line("Submitted", _when(job["submitted"], now))
-    _line("Started", _when(job.get("started"), now))
+    # A job preempted and waiting again keeps the start of its last run: not running, not for that long.
+    _line(
+        "Last started" if status == "pending" and job.get("started") is not None else "Started",
+        _when(job.get("started"), now),
+    )
     if job.get("ended") is not None:
         _line("Ended", _when(job["ended"], now))
-    if job.get("started") is not None:
-        end = job["ended"] if job.get("ended") is not None else now
-        _line("Running for" if job.get("ended") is None else "Ran for", age(end - job["started"]))
+    if job.get("started") is not None and job.get("ended") is not None:
+        _line("Ran for", age(job["ended"] - job["started"]))
+    elif job.get("started") is not None and status == "running":
+        _line("Running for", age(now - job["started"]))
     if job.get("exitCode") is not None:
         _line("Exit code", job["exitCode"])
     _line("Restarts", job.get("restarts", 0))
