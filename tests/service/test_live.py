@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 from tests.service.conftest import small_cluster
 
+from rackscale.model.topology import GPUCluster
 from rackscale.model.workload import JobSpec, batch, training
 from rackscale.service.live import CANCELLED, COMPLETED, FAILED, PREEMPTED, SCHEDULED, WAITING, LiveCluster
 
@@ -149,3 +150,42 @@ def test_reserved_gpus_are_lent_and_reclaimed_in_the_service_too() -> None:
     assert "on loan" in stopped.message and "r001" in stopped.message
     assert "long" in lc.pending and not lc.state.opportunistic
     lc.state.check_invariants()
+
+
+def _tiny() -> LiveCluster:
+    """2 racks of 2 nodes x 4 GPUs (8 GPUs a rack)."""
+    return LiveCluster(GPUCluster.uniform(name="tiny", racks_per_region=2, nodes_per_rack=2, gpus_per_node=4))
+
+
+@pytest.mark.parametrize(
+    ("second_urgent", "holder", "other"),
+    [
+        # low-2 is stopped first and gets r001's reservation; then low-1 is stopped too and, ahead of it in the
+        # queue, takes the reservation over. The cycle stops before low-2 (nothing of its shape fits): it
+        # said "rack(s) r001 are reserved for it" for as long as it waited.
+        pytest.param(True, "low-1", "low-2", id="reservation-taken-over"),
+        # Only low-2 waits: it keeps its reservation and says so.
+        pytest.param(False, "low-2", None, id="reservation-kept"),
+    ],
+)
+def test_only_the_job_a_reservation_is_for_says_the_racks_are_reserved_for_it(
+    second_urgent: bool, holder: str, other: str | None
+) -> None:
+    lc = _tiny()
+    lc.submit(training("low-1", 8, gpus_per_worker=4, duration_estimate_s=1e5, submit_time=140.0, queue="a"))
+    lc.cycle(142.0)
+    lc.submit(training("low-2", 8, gpus_per_worker=4, duration_estimate_s=1e5, submit_time=146.0, queue="a"))
+    lc.cycle(147.0)
+    lc.submit(training("urgent", 8, gpus_per_worker=4, priority=500, duration_estimate_s=300, submit_time=163.0))
+    lc.cycle(163.8)
+    if second_urgent:
+        lc.submit(training("mu", 4, gpus_per_worker=4, priority=400, duration_estimate_s=300, submit_time=168.7))
+        lc.cycle(169.0)
+    for t in (170.0, 175.0):
+        lc.cycles.freed = True
+        lc.cycle(t)
+    assert lc.cycles._reservation is not None and lc.cycles._reservation.job == holder
+    assert "reserved for it" in lc.why[holder].message
+    if other is not None:
+        assert other in lc.pending
+        assert "reserved for it" not in lc.why[other].message, lc.why[other].message

@@ -33,7 +33,7 @@ from rackscale.model.placement import Placement
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import JobKind, JobSpec
-from rackscale.scheduler import Code, Decisions, PendingQueue, ResourceScheduler, Status, apply_decisions
+from rackscale.scheduler import Code, Decisions, PendingQueue, Reason, ResourceScheduler, Status, apply_decisions
 from rackscale.scheduler.cycles import CycleDriver
 from rackscale.scheduler.framework import AttainedService, Profile
 from rackscale.scheduler.pending import fewest_units
@@ -100,6 +100,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
         self.attempts: Counter[str] = Counter()  # jobs looked at by cycles, by result
         self.ended = 0  # jobs completed, failed or cancelled
         self._unexplained: set[str] = set()  # queued jobs no cycle has given a reason yet
+        self._holder: str | None = None  # the job the last cycle's reservation was for (its reason says so)
         self._last: float | None = None
         if self.options.batch_serving:
             self._serve_batch = ServeBatch()
@@ -251,7 +252,21 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
             for name in sorted(self._unexplained):
                 if name in self.pending:
                     self._explain(name, d.not_examined_status, now, out)
+        if self.options.explain:
+            self._lost_reservation(d, now, out)
         return out
+
+    def _lost_reservation(self, d: Decisions, now: float, out: list[Change]) -> None:
+        """A job whose reason says racks are reserved for it, when the reservation went to another job and
+        this cycle did not look at it (it stopped before: nothing of its shape could fit), would keep saying
+        so: it is told the cycle's reason for the jobs it did not examine instead."""
+        holder = d.reservation.job if d.reservation is not None else None
+        old, self._holder = self._holder, holder
+        if old is None or old == holder or old not in self.pending:
+            return
+        if any(w.spec.name == old for w in d.pending):
+            return  # examined: its reason is this cycle's
+        self._explain(old, d.not_examined_status or _RESERVATION_LOST, now, out)
 
     # ------------------------------------------------------------------ accounting
     def account(self, now: float) -> None:
@@ -413,6 +428,15 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
         self.why[name] = status
         if first:
             out.append(Change(name, ChangeKind.WAITING, now, status.reason.value, status.message))
+
+
+_RESERVATION_LOST = Status(
+    Code.UNSCHEDULABLE,
+    Reason.INSUFFICIENT_GPUS,
+    "waiting for GPUs: the racks reserved for it are now reserved for a job ahead of it in the queue "
+    "(not examined in detail this cycle)",
+    "backfill",
+)
 
 
 def _demand_milli(spec: JobSpec, *, elastic: bool) -> int:
