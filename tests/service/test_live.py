@@ -189,3 +189,28 @@ def test_only_the_job_a_reservation_is_for_says_the_racks_are_reserved_for_it(
     if other is not None:
         assert other in lc.pending
         assert "reserved for it" not in lc.why[other].message, lc.why[other].message
+
+
+@pytest.mark.parametrize(
+    ("filler_gpus", "min_gpus", "expect"),
+    [
+        # r000 full, 4 GPUs used in r001: the gang starts on the 4 left, and its event says so (it said only
+        # "placed on 1 node(s) in rack(s) r001", as if it ran at its size).
+        pytest.param(12, 4, "; started on 4 of the 8 GPUs it asked for (minGpus 4): no more were free", id="smaller"),
+        pytest.param(8, 4, None, id="at-its-size"),
+        pytest.param(8, 0, None, id="not-elastic"),
+    ],
+)
+def test_an_elastic_gang_started_smaller_is_told_so(filler_gpus: int, min_gpus: int, expect: str | None) -> None:
+    lc = _tiny()
+    lc.submit(training("full", 8, gpus_per_worker=4, duration_estimate_s=1e5))
+    if filler_gpus > 8:
+        lc.submit(training("part", filler_gpus - 8, gpus_per_worker=4, duration_estimate_s=1e5))
+    lc.cycle(0.0)
+    lc.submit(training("el", 8, gpus_per_worker=4, min_gpus=min_gpus, duration_estimate_s=1e5, submit_time=1.0))
+    [ch] = [c for c in lc.cycle(1.0) if c.job == "el"]
+    assert ch.type == SCHEDULED
+    if expect is None:
+        assert "started on" not in ch.message
+    else:
+        assert expect in ch.message

@@ -235,7 +235,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
             how = "moved (consolidation)" if p.moved else "backfilled" if p.backfilled else "placed"
             if p.placement.opportunistic:
                 how = "backfilled on loan (GPUs reserved for a waiting job; stopped when it can start)"
-            where = _where(self.cluster, p.placement)
+            where = _where(self.cluster, p.placement) + _smaller(r.spec, p.placement)
             out.append(Change(name, ChangeKind.SCHEDULED, now, "Scheduled", f"{how} on {where}", p.placement))
         for w in d.pending:
             name = w.spec.name
@@ -446,6 +446,17 @@ def _demand_milli(spec: JobSpec, *, elastic: bool) -> int:
 
 def _expected_end(spec: JobSpec, start: float) -> float | None:
     return start + spec.duration_estimate_s if spec.duration_estimate_s is not None else None
+
+
+def _smaller(spec: JobSpec, placement: Placement) -> str:
+    """What an elastic gang started below its request is told (start smaller): the size, and why."""
+    if not spec.is_elastic or placement.units >= spec.units:
+        return ""
+    g = spec.unit.gpus
+    return (
+        f"; started on {placement.units * g} of the {spec.units * g} GPUs it asked for (minGpus "
+        f"{spec.required_units * g}): no more were free; it may grow when GPUs free up"
+    )
 
 
 def _where(cluster: GPUCluster, placement: Placement) -> str:
