@@ -214,3 +214,36 @@ def test_an_elastic_gang_started_smaller_is_told_so(filler_gpus: int, min_gpus: 
         assert "started on" not in ch.message
     else:
         assert expect in ch.message
+
+
+@pytest.mark.parametrize(
+    ("history", "estimate", "expect"),
+    [
+        # Four 1-hour 4-GPU jobs of queue a completed: a fifth without an estimate is planned with their
+        # median, and its Scheduled event says so (nothing showed the predictor at work).
+        pytest.param(
+            4,
+            None,
+            "; planned to run about 1 h, predicted from 4 completed job(s) of its queue, kind and size",
+            id="predicted",
+        ),
+        pytest.param(3, None, None, id="too-little-history"),
+        pytest.param(4, 600.0, None, id="its-own-estimate"),
+    ],
+)
+def test_a_job_planned_with_the_runtime_predictor_is_told_so(
+    history: int, estimate: float | None, expect: str | None
+) -> None:
+    lc = _tiny()
+    for i in range(history):
+        lc.submit(training(f"h{i}", 4, gpus_per_worker=4, duration_estimate_s=3600.0, queue="a"))
+    lc.cycle(0.0)
+    for i in range(history):
+        assert lc.exited(f"h{i}", 3600.0, ok=True, exit_code=0, reason="") is not None
+    lc.submit(training("p", 4, gpus_per_worker=4, duration_estimate_s=estimate, submit_time=3600.0, queue="a"))
+    [ch] = [c for c in lc.cycle(3600.0) if c.job == "p"]
+    assert ch.type == SCHEDULED
+    if expect is None:
+        assert "predicted" not in ch.message
+    else:
+        assert expect in ch.message, ch.message

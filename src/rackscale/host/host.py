@@ -37,7 +37,8 @@ from rackscale.scheduler import Code, Decisions, PendingQueue, Reason, ResourceS
 from rackscale.scheduler.cycles import CycleDriver
 from rackscale.scheduler.framework import AttainedService, Profile
 from rackscale.scheduler.pending import fewest_units
-from rackscale.scheduler.predictor import RuntimePredictor
+from rackscale.scheduler.predictor import GroupLevel, Prediction, RuntimePredictor
+from rackscale.scheduler.status import duration_words
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +101,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
         self.attempts: Counter[str] = Counter()  # jobs looked at by cycles, by result
         self.ended = 0  # jobs completed, failed or cancelled
         self._unexplained: set[str] = set()  # queued jobs no cycle has given a reason yet
+        self._predicted: dict[str, Prediction] = {}  # queued or running jobs planned with history's estimate
         self._holder: str | None = None  # the job the last cycle's reservation was for (its reason says so)
         self._last: float | None = None
         if self.options.batch_serving:
@@ -235,7 +237,11 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
             how = "moved (consolidation)" if p.moved else "backfilled" if p.backfilled else "placed"
             if p.placement.opportunistic:
                 how = "backfilled on loan (GPUs reserved for a waiting job; stopped when it can start)"
-            where = _where(self.cluster, p.placement) + _smaller(r.spec, p.placement)
+            where = (
+                _where(self.cluster, p.placement)
+                + _smaller(r.spec, p.placement)
+                + _planned_with(self._predicted.get(name))
+            )
             out.append(Change(name, ChangeKind.SCHEDULED, now, "Scheduled", f"{how} on {where}", p.placement))
         for w in d.pending:
             name = w.spec.name
@@ -312,7 +318,10 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
             return spec
         if how is Estimates.NONE:
             return spec if spec.duration_estimate_s is None else replace(spec, duration_estimate_s=None)
-        guess = self.predictor.estimate_s(spec)
+        pred = self.predictor.predict(spec)
+        guess = pred.estimate_s if pred is not None else None
+        if pred is not None and self.options.explain:
+            self._predicted[spec.name] = pred  # (its Scheduled event says what it is planned with, and whence)
         return spec if guess == spec.duration_estimate_s else replace(spec, duration_estimate_s=guess)
 
     def _start_run(self, r: JobRun, placement: Placement, now: float) -> None:
@@ -391,6 +400,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
         self.attained.pop(name, None)
         self.why.pop(name, None)
         self._unexplained.discard(name)
+        self._predicted.pop(name, None)
         if not self.options.keep_ended:
             self.runs.pop(name, None)
 
@@ -456,6 +466,25 @@ def _smaller(spec: JobSpec, placement: Placement) -> str:
     return (
         f"; started on {placement.units * g} of the {spec.units * g} GPUs it asked for (minGpus "
         f"{spec.required_units * g}): no more were free; it may grow when GPUs free up"
+    )
+
+
+_LEVEL_WORDS = {
+    GroupLevel.QUEUE_KIND_SIZE: "of its queue, kind and size",
+    GroupLevel.QUEUE_KIND: "of its queue and kind",
+    GroupLevel.KIND_SIZE: "of its kind and size, in any queue",
+    GroupLevel.KIND: "of its kind, in any queue",
+}
+
+
+def _planned_with(pred: Prediction | None) -> str:
+    """What a job planned with the runtime predictor's estimate (it gave none) is told: the estimate, and
+    from what history (no other job is named)."""
+    if pred is None:
+        return ""
+    return (
+        f"; planned to run about {duration_words(pred.estimate_s)}, predicted from {pred.history} completed "
+        f"job(s) {_LEVEL_WORDS.get(pred.level, pred.level.value)}"
     )
 
 
