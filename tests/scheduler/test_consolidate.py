@@ -32,7 +32,7 @@ from rackscale.model import (
     inference,
     training,
 )
-from rackscale.scheduler import ResourceScheduler
+from rackscale.scheduler import PreemptionCause, ResourceScheduler
 from rackscale.scheduler.consolidate import MAX_MOVER_RUNS, RESTART_S
 from rackscale.scheduler.decisions import Reservation
 from rackscale.scheduler.framework import PROFILES, AttainedService
@@ -106,6 +106,7 @@ def test_consolidation_moves_the_cheapest_racks_jobs_and_places_the_gang_there(
         assert name in state.running
     for pre in d.preemptions:
         assert "moved to rack(s)" in pre.reason and f"free rack r00{rack} whole" in pre.reason, pre.reason
+        assert pre.cause is PreemptionCause.CONSOLIDATION
         assert "llm" not in pre.reason and pre.victim not in pre.reason, pre.reason  # no job names
     # Nobody else was touched; nothing was freed or lost in net: only llm's 72 GPUs were added.
     assert {n: state.running[n].placement for n in others} == others

@@ -24,7 +24,7 @@ from rackscale.model import ClusterState, JobKind, JobSpec, PreemptionPolicy, in
 from rackscale.model.running import RunningJob
 from rackscale.model.topology import MILLI_PER_GPU
 from rackscale.model.view import StateView
-from rackscale.scheduler import Decisions, PendingQueue, ResourceScheduler, apply_decisions
+from rackscale.scheduler import Decisions, PendingQueue, PreemptionCause, ResourceScheduler, apply_decisions
 from rackscale.scheduler.framework import PROFILES, QUEUE_SORTS, VICTIM_CHOOSERS, AttainedService, CycleContext
 from rackscale.scheduler.las import LasConfig, LasVictims, LeastAttainedService, lost_on_preempt
 from rackscale.scheduler.preemption import last_checkpoint
@@ -341,6 +341,7 @@ def test_a_full_cluster_with_no_lower_priority_still_examines_who_may_preempt_an
 def test_the_decisions_carry_the_las_reason() -> None:
     d = schedule(full(**CKPT).build(), [NEW], now=3700.0)
     assert "more GPU time" in d.preemptions[0].reason
+    assert d.preemptions[0].cause is PreemptionCause.ATTAINED_SERVICE
 
 
 # ---------------------------------------------------------------------------------------------- property

@@ -16,7 +16,7 @@ import pytest
 from builders import ClusterBuilder, placed, placed_names, racks_of, run_cycle
 
 from rackscale.model import ClusterState, JobSpec, Level, TopologyConstraint, batch, inference, training
-from rackscale.scheduler import Profile, ResourceScheduler
+from rackscale.scheduler import PreemptionCause, Profile, ResourceScheduler
 from rackscale.scheduler.framework import PROFILES
 from rackscale.scheduler.loans import MIN_LOAN_S
 
@@ -115,7 +115,7 @@ def test_the_holder_reclaims_its_rack_when_it_can_start() -> None:
     state.release("b")  # b ended at t=5,000: with the loan given back, big fits r001
     d = run_cycle(state, [big()], now=5_000)
     assert placed_names(d) == ["big"] and racks_of(state, placed(d, "big").placement) == [1]
-    assert [(p.victim, p.preemptor) for p in d.preemptions] == [("long", "big")]
+    assert [(p.victim, p.preemptor, p.cause) for p in d.preemptions] == [("long", "big", PreemptionCause.RECLAIM)]
     reason = d.preemptions[0].reason
     assert "on loan" in reason and "r001" in reason and "long" not in reason, reason
     assert not state.opportunistic

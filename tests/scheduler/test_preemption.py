@@ -12,7 +12,7 @@ import pytest
 from builders import ClusterBuilder, node_index, placed, placed_names, racks_of, run_cycle, snapshot
 
 from rackscale.model import JobSpec, Level, PreemptionPolicy, TopologyConstraint, inference, training
-from rackscale.scheduler import Code, ResourceScheduler
+from rackscale.scheduler import Code, PreemptionCause, ResourceScheduler
 
 RACK = TopologyConstraint(required=Level.RACK)
 
@@ -39,6 +39,7 @@ def check(case: Case) -> None:
         assert preemptor.preemption_policy is not PreemptionPolicy.NEVER
         # The reason is shown to the victim's owner, maybe another tenant: priorities and racks, no job name.
         assert str(victim.priority) in p.reason and f"{p.preemptor!r}" not in p.reason, p.reason
+        assert p.cause is PreemptionCause.PRIORITY  # (the service's metric counts it under this label)
     for name, racks in case.want_placed.items():
         assert racks_of(state, placed(d, name).placement) == racks, name
     assert {p.spec.name for p in d.pending} == case.want_pending

@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 from tests.service.conftest import LiveService, wait_for
 
+from rackscale.scheduler import PreemptionCause
 from rackscale.service.metrics import METRIC_NAMES
 
 
@@ -61,6 +62,27 @@ def test_inference_latency_and_cost_per_token_while_a_service_runs(service: Live
     assert value(m, "rackscale_inference_tokens_per_second", service="chat") > 0
     assert value(m, "rackscale_inference_p99_latency_seconds", service="chat") > 0
     assert value(m, "rackscale_cost_per_token") > 0
+
+
+def test_a_preemption_is_counted_under_its_cause(service: LiveService) -> None:
+    """Every cause is exported from the start (0 where none: a rate over it is 0, not absent); a job of higher
+    priority that stops one of the two low gangs filling the cluster moves the ``priority`` series alone."""
+    c = service.client()
+    m = scrape(service)
+    causes = {lab["cause"]: v for lab, v in m["rackscale_preemption_victims_total"]}
+    assert causes == {cause.value: 0.0 for cause in PreemptionCause}
+    for name in ("low-1", "low-2"):
+        c.post("/v1/jobs", json={"name": name, "kind": "training", "gpus": 72, "durationEstimateSeconds": 1e7})
+    wait_for(lambda: c.get("/v1/cluster").json()["running"] == 2, what="both low gangs running")
+    c.post(
+        "/v1/jobs",
+        json={"name": "urgent", "kind": "training", "gpus": 72, "priorityClassName": "high-priority"},
+    )
+    wait_for(lambda: c.get("/v1/jobs/urgent").json()["status"] == "running", what="urgent running")
+    m = scrape(service)
+    causes = {lab["cause"]: v for lab, v in m["rackscale_preemption_victims_total"]}
+    assert causes == {**{cause.value: 0.0 for cause in PreemptionCause}, "priority": 1.0}
+    assert c.get("/v1/kpis").json()["preemptionVictims"] == 1  # the API's total is the series' sum
 
 
 def test_failed_jobs_are_counted(service: LiveService) -> None:

@@ -33,7 +33,16 @@ from rackscale.model.placement import Placement
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import JobKind, JobSpec
-from rackscale.scheduler import Code, Decisions, PendingQueue, Reason, ResourceScheduler, Status, apply_decisions
+from rackscale.scheduler import (
+    Code,
+    Decisions,
+    PendingQueue,
+    PreemptionCause,
+    Reason,
+    ResourceScheduler,
+    Status,
+    apply_decisions,
+)
 from rackscale.scheduler.cycles import CycleDriver
 from rackscale.scheduler.framework import AttainedService, Profile
 from rackscale.scheduler.pending import fewest_units
@@ -99,6 +108,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
         self.why: dict[str, Status] = {}  # the latest reason each queued job waits (with ``explain``)
         self._held: list[Change] = []  # what happened outside a cycle (a job failed on arrival): the next one says it
         self.attempts: Counter[str] = Counter()  # jobs looked at by cycles, by result
+        self.preempted_by: Counter[PreemptionCause] = Counter()  # jobs stopped for others, by mechanism
         self.ended = 0  # jobs completed, failed or cancelled
         self._unexplained: set[str] = set()  # queued jobs no cycle has given a reason yet
         self._predicted: dict[str, Prediction] = {}  # queued or running jobs planned with history's estimate
@@ -202,6 +212,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
             self.progress.lose_since_checkpoint(r, now, gpus=self._gpus_of(r), told=True)
             self._stop(r, now, release=False)  # apply_decisions releases it from the state
             self.kpi.preemptions += 1
+            self.preempted_by[pre.cause] += 1
             out.append(
                 Change(
                     pre.victim,

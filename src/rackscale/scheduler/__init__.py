@@ -1,6 +1,14 @@
 """The pure scheduling core: plugins, profiles and the ResourceScheduler. No I/O, no clock."""
 
-from rackscale.scheduler.decisions import Decisions, Pending, Placed, Preemption, Reservation, apply_decisions
+from rackscale.scheduler.decisions import (
+    Decisions,
+    Pending,
+    Placed,
+    Preemption,
+    PreemptionCause,
+    Reservation,
+    apply_decisions,
+)
 from rackscale.scheduler.framework import PLACERS, PROFILES, Profile, QueueConfig
 from rackscale.scheduler.pending import PendingQueue
 from rackscale.scheduler.scheduler import ResourceScheduler
@@ -15,6 +23,7 @@ __all__ = [
     "PendingQueue",
     "Placed",
     "Preemption",
+    "PreemptionCause",
     "Profile",
     "QueueConfig",
     "Reason",

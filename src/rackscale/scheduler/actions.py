@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from rackscale.scheduler.cycle import Attempt, Cycle
-from rackscale.scheduler.decisions import Placed, Preemption
+from rackscale.scheduler.decisions import Placed, Preemption, PreemptionCause
 from rackscale.scheduler.framework import VictimChooser
 from rackscale.scheduler.gang import GangPlacement
 from rackscale.scheduler.status import Code
@@ -109,6 +109,8 @@ class Preempt:
                 # No job names: the host shows this to the victim's owner, who may be another tenant.
                 reason=f"{self.victims.explain(job, v, cycle.ctx)}, to free GPUs in rack(s) "
                 f"{rack_names(state, choice.racks)}",
+                # (Choosers stop jobs of equal priority only by least attained service: ``las.py``.)
+                cause=PreemptionCause.PRIORITY if v.spec.priority < job.priority else PreemptionCause.ATTAINED_SERVICE,
             )
             for v in choice.victims
         )

@@ -36,7 +36,7 @@ from rackscale.model.topology import MILLI_PER_GPU, Rack
 from rackscale.model.workload import JobKind, JobSpec, Level
 from rackscale.scheduler.backfill import plan_reservation
 from rackscale.scheduler.cycle import Attempt, Cycle
-from rackscale.scheduler.decisions import Placed, Preemption
+from rackscale.scheduler.decisions import Placed, Preemption, PreemptionCause
 from rackscale.scheduler.filters import allowed_models
 from rackscale.scheduler.framework import PROFILES
 from rackscale.scheduler.gang import GangPlacement
@@ -251,6 +251,7 @@ class Consolidate:
                     # No job names: the host shows this to the mover's owner, who may be another tenant.
                     reason=f"moved to rack(s) {rack_names(state, set(now_on))} to free rack {freed} whole for a "
                     "waiting gang (checkpoint and restart)",
+                    cause=PreemptionCause.CONSOLIDATION,
                 )
             )
             cycle.placed.append(Placed(p.spec, p.placement, p.expected_end, moved=True))

@@ -26,11 +26,22 @@ class Placed:
     moved: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+class PreemptionCause(StrEnum):
+    """Which mechanism stopped a running job for another (the ``cause`` label of the service's
+    ``rackscale_preemption_victims_total``)."""
+
+    PRIORITY = "priority"  # a job of higher priority needs its GPUs (``preemption.py``, ``las.py``)
+    ATTAINED_SERVICE = "attained-service"  # one of equal priority that has had less GPU time (``las.py``)
+    RECLAIM = "reclaim"  # it ran on loan on GPUs reserved for a job that can now start (``loans.py``)
+    CONSOLIDATION = "consolidation"  # moved to free a rack whole for a waiting gang (``consolidate.py``)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Preemption:
     victim: str
     preemptor: str
-    reason: str
+    reason: str  # for the victim's owner: no job names
+    cause: PreemptionCause
 
 
 class ResizeKind(StrEnum):

@@ -31,7 +31,7 @@ from rackscale.model.topology import MILLI_PER_GPU
 from rackscale.model.workload import JobKind
 from rackscale.scheduler.backfill import plan_reservation
 from rackscale.scheduler.cycle import Attempt, Cycle
-from rackscale.scheduler.decisions import Placed, Preemption
+from rackscale.scheduler.decisions import Placed, Preemption, PreemptionCause
 from rackscale.scheduler.gang import GangPlacement
 from rackscale.scheduler.preemption import lost_work
 from rackscale.scheduler.status import Code
@@ -128,6 +128,7 @@ class Reclaim:
                 preemptor=job.name,
                 reason=f"it ran on loan on {rj.placement.gpu_milli / MILLI_PER_GPU:g} GPUs reserved in rack(s) "
                 f"{rack_names(state, r.racks)}, which the job they are reserved for can now use",
+                cause=PreemptionCause.RECLAIM,
             )
             for rj in stopped
         )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from rackscale.host.changes import Change, ChangeKind
 from rackscale.host.host import ClusterHost, HostOptions
 from rackscale.model.topology import GPUCluster
+from rackscale.scheduler.decisions import PreemptionCause
 from rackscale.scheduler.framework import Profile
 
 # The change kinds under the names the store and the runner have long used.
@@ -37,6 +38,7 @@ class LiveCounters:
 
     cycles: int
     preemption_victims: int
+    preemption_victims_by_cause: Mapping[PreemptionCause, int]  # every cause, 0 where none
     resizes: int
     completed: int
     failed: int
@@ -56,6 +58,7 @@ class LiveCluster(ClusterHost):
         return LiveCounters(
             cycles=k.cycles,
             preemption_victims=k.preemptions,
+            preemption_victims_by_cause={c: self.preempted_by[c] for c in PreemptionCause},
             resizes=k.resizes,
             completed=k.completed,
             failed=k.failed,

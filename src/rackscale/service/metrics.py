@@ -294,9 +294,15 @@ def _collect(
     for result in ("scheduled", "unschedulable"):
         attempts.add_metric([result], k.attempts.get(result, 0))
     yield attempts
-    yield CounterMetricFamily(
-        "rackscale_preemption_victims", "Jobs preempted to make room.", value=k.preemption_victims
+    victims = CounterMetricFamily(
+        "rackscale_preemption_victims",
+        "Jobs stopped to make room for others, by cause: priority, attained-service (least attained service "
+        "between equal priorities), reclaim (a loan of reserved GPUs taken back), consolidation (moved).",
+        labels=["cause"],
     )
+    for cause, n in k.preemption_victims_by_cause.items():
+        victims.add_metric([cause.value], n)
+    yield victims
     yield CounterMetricFamily(
         "rackscale_elastic_resizes",
         "Elastic training gangs shrunk or grown (each a restart from a checkpoint).",
