@@ -113,6 +113,24 @@ def test_a_torn_last_line_is_not_a_done_cell(tmp_path: Path) -> None:
     assert (tmp_path / "r.csv").read_text().splitlines()[0].startswith("key,status,")
 
 
+@pytest.mark.parametrize(
+    ("tail", "done"),
+    [
+        ('{"key": "b", "sta', ["a", "c"]),  # a record cut mid-line by a kill
+        ("\x00" * 16, ["a", "c"]),  # zero-filled blocks after a machine crash
+        ('{"key": "b", "status": "ok", "options": {}}', ["a", "b", "c"]),  # whole, but its newline never written
+        ("", ["a", "c"]),  # nothing torn
+    ],
+    ids=["torn-record", "nul-bytes", "no-final-newline", "clean"],
+)
+def test_an_append_after_a_torn_line_is_kept(tmp_path: Path, tail: str, done: list[str]) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"key": "a", "status": "ok", "options": {}}) + "\n" + tail)
+    with ResultsWriter(path) as w:  # the resumed run
+        w.append({"key": "c", "status": "ok", "options": {}})
+    assert sorted(read_results(path)) == done
+
+
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     f = tmp_path / "s.yaml"
     f.write_text(yaml.safe_dump(doc(grid={"policy": ["nope"]})))

@@ -28,6 +28,9 @@ class ResultsWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._f = path.open("a", encoding="utf-8")
+        if _torn(path):  # a crash mid-line: end that line, or the next record would be glued to it and lost
+            self._f.write("\n")
+            self._f.flush()
 
     def append(self, record: Mapping[str, Any]) -> None:
         self._f.write(json.dumps(record, sort_keys=True, ensure_ascii=True, default=str) + "\n")
@@ -42,6 +45,15 @@ class ResultsWriter:
 
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def _torn(path: Path) -> bool:
+    """Whether ``path`` ends inside a line (its last byte is not a newline)."""
+    with path.open("rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
 
 
 def read_results(path: Path) -> dict[str, dict[str, Any]]:
