@@ -173,6 +173,34 @@ def test_report_with_matplotlib_has_inline_plots(tmp_path: Path) -> None:
     assert page.count("<svg") == 1 and "95 % confidence intervals" in page
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        [None, 8],  # an option left at its default beside a set value (cells: [{}, {racks: 8}])
+        [None, 5000.0],
+        [{"a": "x"}, {"a": "y"}],  # mappings do not order
+        [["r000@1h+1h"], None],
+        [2, 1],
+    ],
+    ids=["default-beside-int", "default-beside-float", "mappings", "list-beside-default", "numbers"],
+)
+@pytest.mark.filterwarnings("error::UserWarning")  # a KPI n/a everywhere: no legend without lines (a warning)
+def test_report_plots_an_axis_of_any_values(tmp_path: Path, values: list[Any]) -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed: pip install 'rackscale[sweep]'")
+    from rackscale.sweep.report import write_report
+    from rackscale.sweep.results import aggregate
+
+    recs = [
+        {"key": f"{i}-{s}", "status": "ok", "kpis": {"mean_jct_s": float(i + s)},
+         "options": {"seed": s, **({} if v is None else {"opt": v})}}
+        for i, v in enumerate(values) for s in range(2)
+    ]  # fmt: skip
+    write_report(tmp_path / "r.html", name="n", records=recs, groups=aggregate(recs, ["mean_jct_s", "idle_rate"]),
+                 comparisons=[], kpis=["mean_jct_s", "idle_rate"])  # fmt: skip
+    page = (tmp_path / "r.html").read_text()
+    assert page.count("<svg") == 2 and page.count("<tr>") == 1 + len(values) + 1 + 2 * len(values)
+
+
 def test_parquet_holds_the_csv_table(tmp_path: Path) -> None:
     pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is not installed: Parquet is optional")
     from rackscale.sweep.results import write_parquet

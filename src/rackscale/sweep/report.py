@@ -81,13 +81,23 @@ def _plots(groups: Sequence[Mapping[str, Any]], kpis: Sequence[str], varying: Se
             policy = str(_value(g["options"], "policy"))
             x = _value(g["options"], x_opt) if x_opt else policy  # nothing else swept: one point per policy
             by_policy.setdefault(policy, []).append((x, e["mean"], e["ci95"] or 0.0))
+        # A numeric axis only when every x is a number: an option left at its default (None) beside set
+        # values, or a list, makes the axis categorical (matplotlib refuses numbers on a categorical axis).
+        numeric = all(
+            isinstance(p[0], int | float) and not isinstance(p[0], bool) for v in by_policy.values() for p in v
+        )
         for policy, pts in sorted(by_policy.items()):
-            pts.sort(key=lambda p: (str(type(p[0])), p[0]))
-            xs = [p[0] if isinstance(p[0], int | float) else str(p[0]) for p in pts]
+            if numeric:
+                pts.sort(key=lambda p: p[0])
+                xs: list[Any] = [p[0] for p in pts]
+            else:
+                pts.sort(key=lambda p: json.dumps(p[0], sort_keys=True))
+                xs = ["default" if p[0] is None else p[0] if isinstance(p[0], str) else json.dumps(p[0]) for p in pts]
             ax.errorbar(xs, [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3, label=policy)
         ax.set_xlabel(x_opt or "policy")
         ax.set_ylabel(kpi)
-        ax.legend(fontsize="small")
+        if by_policy:  # a KPI n/a in every group has no line to name
+            ax.legend(fontsize="small")
         buf = io.StringIO()
         fig.tight_layout()
         fig.savefig(buf, format="svg")
