@@ -4,6 +4,7 @@ cartesian product (crossed with explicit cells); a cell's key is stable and chan
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +61,36 @@ def test_bad_document_names_the_field(document: Any, expected: str) -> None:
 
 @pytest.mark.parametrize(
     ("content", "expected"),
-    [(b"a: [1", "not YAML"), (b"\xff\xfe\x00bad", "cannot read it"), (b"x" * (1 << 20 + 1), "larger than")],
-    ids=["not-yaml", "not-utf8", "huge"],
+    [
+        (b"a: [1", r"s.yaml:2: invalid YAML: "),
+        (b"\xff\xfe\x00bad", "cannot read it"),
+        (b"x" * (1 << 20 + 1), "larger than"),
+        (b"a: " + b"[" * 100_000 + b"]" * 100_000, r"s.yaml:1: the document nests lists and mappings more than 64"),
+        (b"a: " + b"{a: " * 5_000 + b"1" + b"}" * 5_000, "nests lists and mappings more than 64 levels"),
+        (
+            b"a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+            + b"".join(
+                b"a%d: &a%d [" % (i, i) + b", ".join([b"*a" if i == 1 else b"*a%d" % (i - 1)] * 10) + b"]\n"
+                for i in range(1, 9)
+            ),
+            r"s.yaml:1: the YAML expands to more than 1,000,000 values through aliases",
+        ),
+        (b"kind: Sweep\n---\nkind: Sweep\n", "expected a single document"),
+    ],
+    ids=["not-yaml", "not-utf8", "huge", "deeply-nested-lists", "deeply-nested-mappings", "alias-bomb", "two-docs"],
 )
 def test_bad_file_is_one_line(tmp_path: Path, content: bytes, expected: str) -> None:
     f = tmp_path / "s.yaml"
     f.write_bytes(content)
-    with pytest.raises(SweepError, match=expected):
+    with pytest.raises(SweepError) as e:
         load_sweep(f)
+    assert len(e.value.problems) == 1 and re.search(expected, str(e.value)), str(e.value)[:300]
+    assert str(e.value).startswith(str(f))
+
+
+def test_a_device_is_read_bounded() -> None:
+    with pytest.raises(SweepError, match="larger than"):  # /dev/zero has no size and never ends
+        load_sweep(Path("/dev/zero"))
 
 
 def test_missing_file() -> None:

@@ -326,18 +326,23 @@ def parse_sweep(doc: object, *, source: str = "sweep") -> SweepSpec:
 
 
 def load_sweep(path: Path) -> SweepSpec:
-    """Read and validate a sweep file; a missing, huge or non-YAML file is one line naming it."""
-    import yaml
+    """Read and validate a sweep file; a missing, huge or non-YAML file is one line naming it. The read is
+    bounded (a device such as /dev/zero has no size) and so is the YAML (nesting depth, alias expansion:
+    :func:`rackscale.loaders.safe_load_bounded`)."""
+    from rackscale.loaders import safe_load_bounded
+    from rackscale.model.spec_errors import SpecError
 
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
             raise SweepError([f"{path}: larger than {MAX_FILE_BYTES:,} bytes; a sweep document is small"])
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
         raise SweepError([f"{path}: cannot read it ({why})"]) from None
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise SweepError([f"{path}: not YAML ({' '.join(str(e).split())[:200]})"]) from None
+        doc = safe_load_bounded(text, source=str(path))
+    except SpecError as e:
+        raise SweepError(str(e).splitlines()) from None
     return parse_sweep(doc, source=str(path))
