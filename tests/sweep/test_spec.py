@@ -60,6 +60,22 @@ def test_bad_document_names_the_field(document: Any, expected: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("document", "last"),
+    [
+        (doc(grid={"seed": ["x"] * 50_000}), "s.yaml: ... and 49,990 more problems"),
+        (doc(cells=[{"racks": 2, "cluster": "c.yaml"}] * 30), "s.yaml: ... and 20 more cells"),
+        (doc(grid={"seed": ["x"] * 10}), "s.yaml: spec.grid.seed[9]: Input should be a valid integer"),
+    ],
+    ids=["a-long-axis-of-typos", "many-bad-cells", "ten-is-all-shown"],
+)
+def test_many_problems_are_at_most_eleven_lines(document: Any, last: str) -> None:
+    with pytest.raises(SweepError) as e:
+        parse_sweep(document, source="s.yaml")
+    lines = str(e.value).splitlines()
+    assert len(lines) <= 11 and lines[-1].startswith(last), lines[-1]
+
+
+@pytest.mark.parametrize(
     ("content", "expected"),
     [
         (b"a: [1", r"s.yaml:2: invalid YAML: "),

@@ -201,9 +201,7 @@ class SweepSpec(BaseModel):
             p = body.perf
             out += _expand(PerfOptions, "spec.perf", p.base, p.grid, p.cells, problems)
         if problems:
-            raise SweepError(
-                problems[:10] + ([f"... and {len(problems) - 10} more cells"] if len(problems) > 10 else [])
-            )
+            raise SweepError(_capped(problems, "cells"))
         return out
 
 
@@ -240,6 +238,14 @@ def _cell_count(grid: Mapping[str, Any], cells: list[dict[str, Any]]) -> int:
     """How many cells ``grid`` x ``cells`` expands to, at most (before repeats are dropped)."""
     axes = [v for v in grid.values() if isinstance(v, list)]
     return math.prod(len(v) for v in axes) * max(1, len(cells))
+
+
+MAX_PROBLEMS = 10  # lines of one error: a 500,000-value axis of typos is not 500,000 lines
+
+
+def _capped(problems: list[str], what: str = "problems") -> list[str]:
+    more = len(problems) - MAX_PROBLEMS
+    return problems[:MAX_PROBLEMS] + ([f"... and {more:,} more {what}"] if more > 0 else [])
 
 
 def _short(options: Mapping[str, Any]) -> str:
@@ -311,7 +317,7 @@ def parse_sweep(doc: object, *, source: str = "sweep") -> SweepSpec:
     if size > MAX_CELLS:
         problems.append(f"spec.grid: {size:,} cells is more than {MAX_CELLS:,} (fix: split the sweep)")
     if problems:
-        raise SweepError([f"{source}: {p}" for p in problems])
+        raise SweepError([f"{source}: {p}" for p in _capped(problems)])
     try:
         cells = sweep.expand()
     except SweepError as e:
