@@ -128,6 +128,21 @@ def test_a_repeated_grid_value_is_one_cell() -> None:
     assert len(parse_sweep(doc(grid={"seed": [0, 0, 1]})).expand()) == 2
 
 
+@pytest.mark.parametrize(
+    ("spelt", "left_out"),
+    [
+        ({"racks": 4}, {}),  # the default cluster: 4 NVL72 racks
+        ({"policy": "rackscale"}, {}),
+        ({"arrival_scale": 1}, {}),
+        ({"racks": 4, "seed": 3}, {"seed": 3}),
+    ],
+    ids=["default-racks", "default-policy", "default-scale-as-int", "default-racks-with-seed"],
+)
+def test_a_default_spelt_out_is_the_same_cell(spelt: dict[str, Any], left_out: dict[str, Any]) -> None:
+    assert cell_key(CellOptions.model_validate(spelt)) == cell_key(CellOptions.model_validate(left_out))
+    assert len(parse_sweep(doc(base={"jobs": 30}, cells=[left_out, spelt])).expand()) == 1
+
+
 def test_key_is_stable_and_sensitive(tmp_path: Path) -> None:
     a = CellOptions(racks=1, jobs=30, seed=0)
     assert cell_key(a) == cell_key(CellOptions(seed=0, jobs=30, racks=1))  # field order does not matter

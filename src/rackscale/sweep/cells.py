@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rackscale.model.topology import GPUCluster
 from rackscale.sim.records import SimConfig
 from rackscale.sweep.perf_cells import PERF_KIND, PerfOptions, model_file, run_perf_cell
-from rackscale.sweep.spec import CellOptions, SweepError
+from rackscale.sweep.spec import DEFAULT_RACKS, CellOptions, SweepError
 
 if TYPE_CHECKING:
     from rackscale.workloads.trace_load import TraceLoad
@@ -132,7 +132,7 @@ def _cluster(options: CellOptions, names: Names) -> GPUCluster:
         from rackscale.loaders import load_cluster
 
         return load_cluster(Path(options.cluster))
-    n = 4 if options.racks is None else options.racks  # simulate's default (cli/common.DEFAULT_RACKS)
+    n = DEFAULT_RACKS if options.racks is None else options.racks  # simulate's default (cli/common.DEFAULT_RACKS)
     if n < 1:
         raise SweepError([f"{names.racks} must be at least 1 (got {n})"])
     return GPUCluster.uniform(name=f"nvl72-x{n}", racks_per_region=n)

@@ -28,6 +28,7 @@ MAX_CELLS = 100_000  # a grid larger than this is a typo (a list pasted into the
 MAX_FILE_BYTES = 1 << 20
 KPI_NAMES = tuple(f.name for f in fields(Kpis) if f.name != "by_kind")
 KIND_PREFIXES = ("mean_jct_s_", "mean_queueing_s_")  # per-kind means (Kpis.by_kind)
+DEFAULT_RACKS = 4  # racks of the NVL72 cluster when neither cluster nor racks is given (simulate's default)
 DEFAULT_KPIS = ("mean_jct_s", "idle_rate", "slo_attainment", "intra_rack_traffic_share")
 
 
@@ -124,8 +125,12 @@ class CellOptions(BaseModel):
         return self
 
     def canonical(self) -> dict[str, Any]:
-        """Only the options that differ from their defaults, JSON-ready: what names and keys a cell."""
-        return self.model_dump(mode="json", exclude_defaults=True)
+        """Only the options that differ from their defaults, JSON-ready: what names and keys a cell. ``racks:
+        4`` is the default cluster spelt out (None stands for it), so the same cell as ``racks`` left out."""
+        out = self.model_dump(mode="json", exclude_defaults=True)
+        if out.get("racks") == DEFAULT_RACKS:
+            del out["racks"]
+        return out
 
 
 OPTION_NAMES = tuple(CellOptions.model_fields)
