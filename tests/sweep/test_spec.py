@@ -39,13 +39,22 @@ BAD: list[tuple[Any, str]] = [
     (doc(compare={"kpis": ["mean_jct"]}), "spec.compare.kpis: unknown KPI 'mean_jct'; did you mean 'mean_jct_s'?"),
     (doc(compare={"baseline": "tiresias"}), "spec.compare.baseline: 'tiresias' is no policy of the sweep's cells"),
     (doc(grid={"seed": list(range(1000)), "jobs": list(range(1, 1000))}), "spec.grid: 999,000 cells is more than"),
+    (
+        doc(base={"racks": 1, "jobs": 10_000_000, "arrival_scale": 1e6}),
+        "spec with racks=1, jobs=10000000, arrival_scale=1000000.0: jobs x arrival_scale is 10,000,000,000,000",
+    ),
+    (
+        doc(base={"racks": 1, "jobs": 6_000_000}, grid={"arrival_scale": [1.0, 2.0]}),
+        "spec with racks=1, jobs=6000000, arrival_scale=2.0: jobs x arrival_scale is 12,000,000 synthetic jobs, more",
+    ),
 ]
 IDS = [
     "not-a-mapping", "api-version", "kind", "name-pattern", "unknown-top-key", "unknown-option-typo",
     "unknown-policy-in-grid", "axis-not-a-list", "axis-empty", "negative-seed", "non-number", "zero-racks",
     "bad-maintenance", "bad-start-time", "trace-without-path", "nul-in-cluster-path", "nul-in-a-schedule-path",
     "cluster-and-racks", "trace-and-jobs-file",
-    "cell-option-typo", "unknown-kpi", "baseline-not-swept", "grid-too-large",
+    "cell-option-typo", "unknown-kpi", "baseline-not-swept", "grid-too-large", "jobs-times-scale-huge",
+    "jobs-times-scale-on-one-grid-point",
 ]  # fmt: skip
 
 
@@ -126,6 +135,10 @@ def test_grid_is_the_cartesian_product_crossed_with_cells() -> None:
 
 def test_a_repeated_grid_value_is_one_cell() -> None:
     assert len(parse_sweep(doc(grid={"seed": [0, 0, 1]})).expand()) == 2
+
+
+def test_a_large_arrival_scale_of_a_small_mix_is_no_error() -> None:  # 1 job x 1e6: judged with its cell's jobs
+    assert len(parse_sweep(doc(base={"racks": 1, "jobs": 1, "arrival_scale": 1e6})).expand()) == 1
 
 
 @pytest.mark.parametrize(

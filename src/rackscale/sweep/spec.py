@@ -28,6 +28,7 @@ MAX_CELLS = 100_000  # a grid larger than this is a typo (a list pasted into the
 MAX_FILE_BYTES = 1 << 20
 KPI_NAMES = tuple(f.name for f in fields(Kpis) if f.name != "by_kind")
 KIND_PREFIXES = ("mean_jct_s_", "mean_queueing_s_")  # per-kind means (Kpis.by_kind)
+MAX_SYNTHETIC_JOBS = 10_000_000  # jobs' own bound: arrival_scale multiplies it (1e6 x 1e7 would never fit in memory)
 DEFAULT_RACKS = 4  # racks of the NVL72 cluster when neither cluster nor racks is given (simulate's default)
 DEFAULT_KPIS = ("mean_jct_s", "idle_rate", "slo_attainment", "intra_rack_traffic_share")
 
@@ -122,6 +123,13 @@ class CellOptions(BaseModel):
             raise ValueError("give either cluster or racks, not both")
         if self.trace is not None and self.jobs_file is not None:
             raise ValueError("give either trace or jobs_file, not both")
+        if self.trace is None and self.jobs_file is None:  # the synthetic mix: jobs x arrival_scale of them
+            n = round(self.jobs * self.arrival_scale)
+            if n > MAX_SYNTHETIC_JOBS:
+                raise ValueError(
+                    f"jobs x arrival_scale is {n:,} synthetic jobs, more than {MAX_SYNTHETIC_JOBS:,}"
+                    " (fix: lower jobs or arrival_scale)"
+                )
         return self
 
     def canonical(self) -> dict[str, Any]:
@@ -288,7 +296,9 @@ def _check_options(
                 else:
                     CellOptions.model_validate({name: v})
             except ValidationError as e:
-                problems.append(f"{at}: {str(e.errors()[0]['msg']).removeprefix('Value error, ')}")
+                # the field's own errors; one about the whole cell (loc ()) needs the cell's other options
+                if errs := [err for err in e.errors() if err["loc"]]:
+                    problems.append(f"{at}: {str(errs[0]['msg']).removeprefix('Value error, ')}")
 
 
 def parse_sweep(doc: object, *, source: str = "sweep") -> SweepSpec:
