@@ -31,6 +31,10 @@ BAD: list[tuple[Any, str]] = [
     (doc(base={"maintenance": ["r000 at 2h"]}), "spec.base.maintenance: 'r000 at 2h': "),
     (doc(base={"start_time": "yesterday"}), "spec.base.start_time: "),
     (doc(base={"trace": "philly"}), "spec.base.trace: expected FORMAT:PATH"),
+    (
+        doc(grid={"trace": ["csv:a.csv", "phily:p.csv"]}),
+        "spec.grid.trace[1]: unknown trace format 'phily' (fix: did you mean philly:? the formats are: philly,",
+    ),
     (doc(base={"cluster": "a\x00b.yaml"}), "spec.base.cluster: a path holds no NUL character"),
     (doc(base={"schedules": ["ok.yaml", "a\x00b.yaml"]}), "spec.base.schedules: a path holds no NUL character"),
     (doc(base={"racks": 2, "cluster": "c.yaml"}), "spec with racks=2, cluster='c.yaml': give either cluster or racks"),
@@ -51,7 +55,8 @@ BAD: list[tuple[Any, str]] = [
 IDS = [
     "not-a-mapping", "api-version", "kind", "name-pattern", "unknown-top-key", "unknown-option-typo",
     "unknown-policy-in-grid", "axis-not-a-list", "axis-empty", "negative-seed", "non-number", "zero-racks",
-    "bad-maintenance", "bad-start-time", "trace-without-path", "nul-in-cluster-path", "nul-in-a-schedule-path",
+    "bad-maintenance", "bad-start-time", "trace-without-path", "unknown-trace-format", "nul-in-cluster-path",
+    "nul-in-a-schedule-path",
     "cluster-and-racks", "trace-and-jobs-file",
     "cell-option-typo", "unknown-kpi", "baseline-not-swept", "grid-too-large", "jobs-times-scale-huge",
     "jobs-times-scale-on-one-grid-point",

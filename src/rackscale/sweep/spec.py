@@ -113,8 +113,15 @@ class CellOptions(BaseModel):
     @field_validator("trace")
     @classmethod
     def _trace(cls, v: str | None) -> str | None:
+        from rackscale.workloads.traces import TRACE_FORMATS
+
         if v is not None and not v.partition(":")[2].strip():
             raise ValueError(f"expected FORMAT:PATH, e.g. philly:../shared/traces/philly/philly.csv (got {v!r})")
+        fmt = v.partition(":")[0] if v is not None else None
+        if fmt is not None and fmt.strip().lower() not in TRACE_FORMATS:  # load_trace's own reading of FORMAT
+            near = difflib.get_close_matches(fmt.strip().lower(), list(TRACE_FORMATS), n=1)
+            hint = f"did you mean {near[0]}:? " if near else ""
+            raise ValueError(f"unknown trace format {fmt!r} (fix: {hint}the formats are: {', '.join(TRACE_FORMATS)})")
         return v
 
     @model_validator(mode="after")
