@@ -13,9 +13,19 @@ import math
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from rackscale.host.kpis import Kpis
 from rackscale.host.runs import Estimates
@@ -29,6 +39,9 @@ MAX_FILE_BYTES = 1 << 20
 KPI_NAMES = tuple(f.name for f in fields(Kpis) if f.name != "by_kind")
 KIND_PREFIXES = ("mean_jct_s_", "mean_queueing_s_")  # per-kind means (Kpis.by_kind)
 MAX_SYNTHETIC_JOBS = 10_000_000  # jobs' own bound: arrival_scale multiplies it (1e6 x 1e7 would never fit in memory)
+MAX_TEXT = 4096  # a path (PATH_MAX) or a window: a longer value is a paste gone wrong, copied into every record
+MAX_ITEMS = 1000  # maintenance windows, schedule files, tenant_map entries
+Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
 DEFAULT_RACKS = 4  # racks of the NVL72 cluster when neither cluster nor racks is given (simulate's default)
 DEFAULT_KPIS = ("mean_jct_s", "idle_rate", "slo_attainment", "intra_rack_traffic_share")
 
@@ -47,28 +60,29 @@ class SweepError(RackscaleError, ValueError):
 class CellOptions(BaseModel):
     """One cell: the options of one ``rackscale simulate`` run with one policy (its flag in brackets)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Integers and booleans strict (racks: true is no 1 rack, seed: "3" no seed); NaN and infinity no number.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    cluster: str | None = None  # --cluster FILE
-    racks: int | None = Field(None, ge=1, le=100_000)  # --racks (default 4 when no cluster)
-    trace: str | None = None  # --trace FORMAT:PATH
-    jobs_file: str | None = None  # --jobs FILE
-    jobs: int = Field(600, ge=1, le=10_000_000)  # --n-jobs: the synthetic mix's size
+    cluster: Text | None = None  # --cluster FILE
+    racks: StrictInt | None = Field(None, ge=1, le=100_000)  # --racks (default 4 when no cluster)
+    trace: Text | None = None  # --trace FORMAT:PATH
+    jobs_file: Text | None = None  # --jobs FILE
+    jobs: StrictInt = Field(600, ge=1, le=10_000_000)  # --n-jobs: the synthetic mix's size
     duration_h: float | None = Field(None, ge=0.001, le=1e6)  # --duration
     arrival_scale: float = Field(1.0, ge=0.001, le=1e6)
     gpu_scale: float = Field(1.0, ge=0.001, le=1e6)
     elastic_share: float = Field(0.0, ge=0.0, le=1.0)
-    strict: bool = False
-    tenant_map: dict[str, str] | None = None  # --tenant-map OLD=NEW,...
+    strict: StrictBool = False
+    tenant_map: dict[Text, Text] | None = Field(None, max_length=MAX_ITEMS)  # --tenant-map OLD=NEW,...
     policy: str = "rackscale"
-    seed: int = Field(0, ge=0, le=2**63 - 1)
+    seed: StrictInt = Field(0, ge=0, le=2**63 - 1)
     estimates: Estimates = Estimates.GIVEN
     gpu_mtbf_h: float | None = Field(None, gt=0.0, le=1e9)
     node_mtbf_h: float | None = Field(None, gt=0.0, le=1e9)
     uplink_mtbf_h: float | None = Field(None, gt=0.0, le=1e9)
-    maintenance: tuple[str, ...] = ()  # RACK@START+DURATION[~GRACE]
-    schedules: tuple[str, ...] = ()  # --schedule FILE (repeatable)
-    start_time: str | None = None  # --start-time ISO 8601
+    maintenance: tuple[Text, ...] = Field((), max_length=MAX_ITEMS)  # RACK@START+DURATION[~GRACE]
+    schedules: tuple[Text, ...] = Field((), max_length=MAX_ITEMS)  # --schedule FILE (repeatable)
+    start_time: Text | None = None  # --start-time ISO 8601
 
     @field_validator("policy")
     @classmethod
