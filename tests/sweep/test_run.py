@@ -95,6 +95,29 @@ def test_a_killed_pool_worker_is_retried(tmp_path: Path, monkeypatch: pytest.Mon
     assert one["attempts"] >= 2 and stats.retried >= 1
 
 
+@pytest.mark.parametrize(("workers", "cells", "started"), [(64, 1, 1), (2, 3, 2), (3, 3, 3)],
+                         ids=["many-workers-one-cell", "fewer-workers", "as-many"])  # fmt: skip
+def test_the_pool_starts_no_more_processes_than_cells(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, cells: int, started: int
+) -> None:
+    import concurrent.futures
+
+    import rackscale.sweep.runner as runner_module
+
+    sizes: list[int] = []
+
+    class Pool(concurrent.futures.ThreadPoolExecutor):  # threads: what matters is the size asked for
+        def __init__(self, max_workers: int) -> None:
+            sizes.append(max_workers)
+            super().__init__(max_workers=max_workers)
+
+    monkeypatch.setattr(runner_module, "ProcessPoolExecutor", Pool)
+    todo, _ = make_cells(parse_sweep(doc(grid={"seed": list(range(cells))})).expand())
+    with ResultsWriter(tmp_path / "r.jsonl") as w:
+        stats = run_pool(todo, w, workers=workers, cell_fn=lambda o, t: {"kpis": {}})
+    assert sizes == [started] and stats.done == cells
+
+
 def test_a_worker_lost_too_often_is_a_failed_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SWEEP_TEST_DIR", str(tmp_path))
     cells, _ = make_cells(parse_sweep(doc(grid={"seed": [1]})).expand())

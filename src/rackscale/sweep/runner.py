@@ -123,7 +123,8 @@ def run_pool(
     t0 = time.perf_counter()
     while queue:
         lost: list[Cell] = []
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        # no more processes than cells: a fork-started pool starts all of its workers at once
+        with ProcessPoolExecutor(max_workers=max(1, min(workers, len(queue)))) as pool:
             running: dict[Future[tuple[str, Any]], tuple[Cell, float]] = {}
             while queue or running:
                 while queue and len(running) < workers and not lost:
