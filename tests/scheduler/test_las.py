@@ -324,6 +324,33 @@ def test_the_reason_says_how_much_more_gpu_time_the_victim_had_and_names_no_job(
     assert lower == "priority 5 > 0", "a lower-priority victim is told as before"
 
 
+# (the victim's checkpointing, the instant, what its owner is told the stop costs)
+WHAT_THE_STOP_COSTS = [
+    pytest.param(
+        CKPT, 3700.0, f"loses {8 * 100 / 3600:.2f} GPU-h since its last checkpoint", id="work-since-checkpoint"
+    ),
+    # 1,000 s since its checkpoint but it saves on the signal: it pays the save (60 s x 8 GPUs), loses no work
+    pytest.param(
+        {**CKPT, **SAVES},
+        4600.0,
+        f"saves a checkpoint on the stop signal ({8 * 60 / 3600:.2f} GPU-h)",
+        id="saves-on-stop",
+    ),
+    # saves on the signal, but checkpointed 20 s ago: the 20 s of work are cheaper than a save, and lost
+    pytest.param(
+        {**CKPT, **SAVES}, 3620.0, f"loses {8 * 20 / 3600:.2f} GPU-h since its last checkpoint", id="recent-checkpoint"
+    ),
+]
+
+
+@pytest.mark.parametrize(("kw", "now", "told"), WHAT_THE_STOP_COSTS)
+def test_the_reason_says_what_the_stop_costs_the_victim(kw: dict[str, float | bool], now: float, told: str) -> None:
+    state = full(**kw).build()
+    ctx = CycleContext(now=now, queues={}, models=state.cluster.gpu_models, attained={"new": svc(1800, run_s=900)})
+    why = LasVictims().explain(NEW, state.running["old"], ctx)
+    assert why.endswith(told), why
+
+
 def test_a_full_cluster_with_no_lower_priority_still_examines_who_may_preempt_an_equal() -> None:
     """The cycle stops early once nothing fits and no lower priority runs (the rest would only wait), but
     not while a victim of equal priority may be taken: here the head of the queue may not preempt, and the

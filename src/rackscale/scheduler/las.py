@@ -130,6 +130,15 @@ def lost_on_preempt(rj: RunningJob, now: float) -> float:
     return lost
 
 
+def _loses(rj: RunningJob, now: float) -> str:
+    """What the stop costs the victim, in its owner's words: a job that saves on the stop signal pays its
+    save (``lost_on_preempt``), not the work since its last checkpoint."""
+    gpu_h = lost_on_preempt(rj, now) / 3600
+    if rj.spec.checkpoint_on_preempt and lost_work(rj, now) > gpu_h * 3600:
+        return f"saves a checkpoint on the stop signal ({gpu_h:.2f} GPU-h)"
+    return f"loses {gpu_h:.2f} GPU-h since its last checkpoint"
+
+
 # Waiting jobs past the first LAS queue: priority -> LAS queue -> tenant -> jobs.
 _Later = dict[int, dict[int, dict[str, list[JobSpec]]]]
 
@@ -327,8 +336,7 @@ class LasVictims(CheapestVictims):
             f"it has had more GPU time ({theirs:.1f} GPU-h over its runs, least-attained-service queue "
             f"{cfg.level(svc, now, victim) + 1} of {n}) than the waiting job of equal priority {job.priority} "
             f"({mine:.1f} GPU-h, queue {cfg.level(ctx.attained.get(job.name), now) + 1}), ran "
-            f"{(now - victim.started_at) / 60:.0f} min since its last start and loses "
-            f"{lost_on_preempt(victim, now) / 3600:.2f} GPU-h since its last checkpoint"
+            f"{(now - victim.started_at) / 60:.0f} min since its last start and {_loses(victim, now)}"
         )
 
 
