@@ -247,3 +247,36 @@ def test_a_job_planned_with_the_runtime_predictor_is_told_so(
         assert "predicted" not in ch.message
     else:
         assert expect in ch.message, ch.message
+
+
+@pytest.mark.parametrize(
+    ("run_s", "estimate", "bucket"),
+    [
+        # Four 1-hour jobs of queue a completed: p, planned with their 1 h, runs 100 min -> ratio 1.67 (le 2).
+        pytest.param(6000.0, None, 2.0, id="ran-longer"),
+        pytest.param(3600.0, None, 1.25, id="as-predicted"),
+        pytest.param(600.0, None, 0.25, id="ended-early"),
+        # It gave its own estimate: not the predictor's to answer for.
+        pytest.param(7200.0, 7200.0, None, id="its-own-estimate"),
+    ],
+)
+def test_a_completed_job_planned_with_a_prediction_is_counted_by_its_run_over_it(
+    run_s: float, estimate: float | None, bucket: float | None
+) -> None:
+    lc = _tiny()
+    for i in range(4):
+        lc.submit(training(f"h{i}", 4, gpus_per_worker=4, duration_estimate_s=3600.0, queue="a"))
+    lc.cycle(0.0)
+    for i in range(4):
+        lc.exited(f"h{i}", 3600.0, ok=True, exit_code=0, reason="")
+    lc.submit(training("p", 4, gpus_per_worker=4, duration_estimate_s=estimate, submit_time=3600.0, queue="a"))
+    lc.cycle(3600.0)
+    assert lc.prediction_ratios.count == 0  # the h jobs gave their own estimates
+    assert lc.exited("p", 3600.0 + run_s, ok=True, exit_code=0, reason="") is not None
+    cum = dict(lc.prediction_ratios.cumulative())
+    if bucket is None:
+        assert lc.prediction_ratios.count == 0
+    else:
+        # (the predictor's quantile sketch holds 3,600 s to its relative accuracy, about 1 %)
+        assert lc.prediction_ratios.count == 1 and lc.prediction_ratios.total == pytest.approx(run_s / 3600.0, rel=0.02)
+        assert next(le for le, n in cum.items() if n) == bucket  # the smallest bucket that holds it

@@ -23,6 +23,7 @@ from rackscale.host.drains import DrainsMixin
 from rackscale.host.kpis import KpiAccumulator
 from rackscale.host.parts import PartsMixin
 from rackscale.host.perf import samples_per_step
+from rackscale.host.predicted import PredictionRatios
 from rackscale.host.progress import BytesMoved, EndSink, Progress, ignore_ends
 from rackscale.host.runs import Estimates, JobRun, RunStatus, RuntimeDefaults
 from rackscale.host.scaling_host import ScalingMixin
@@ -112,6 +113,7 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
         self.ended = 0  # jobs completed, failed or cancelled
         self._unexplained: set[str] = set()  # queued jobs no cycle has given a reason yet
         self._predicted: dict[str, Prediction] = {}  # queued or running jobs planned with history's estimate
+        self.prediction_ratios = PredictionRatios()  # completed jobs of those: their run over the prediction
         self._holder: str | None = None  # the job the last cycle's reservation was for (its reason says so)
         self._last: float | None = None
         if self.options.batch_serving:
@@ -173,7 +175,10 @@ class ClusterHost(DrainsMixin, PartsMixin, ServicesMixin, ScalingMixin):
         self._dequeue(name)  # a service's scale-up still waiting: nothing is left to scale
         # Completed jobs only: a failed or cancelled run says nothing of how long the job needs.
         ran = self.attained.get(name)
-        self.predictor.observe(r.spec, runtime_s=ran.run_s if ran is not None else now - r.run_start)
+        run_s = ran.run_s if ran is not None else now - r.run_start
+        self.predictor.observe(r.spec, runtime_s=run_s)
+        if (pred := self._predicted.get(name)) is not None:
+            self.prediction_ratios.observe(run_s=run_s, predicted_s=pred.estimate_s)
         r.status, r.end = RunStatus.COMPLETED, now
         self._ended(r)
         self.kpi.finished(r.spec.kind, jct=now - r.spec.submit_time)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
@@ -40,6 +40,7 @@ METRIC_NAMES = (
     "rackscale_scheduling_attempt_duration_seconds",
     "rackscale_preemption_victims_total",
     "rackscale_elastic_resizes_total",
+    "rackscale_runtime_prediction_ratio",
     "rackscale_jobs_submitted_total",
     "rackscale_jobs_finished_total",
     "rackscale_pending_jobs",
@@ -111,7 +112,7 @@ class StateCollector(Collector):
         # does not re-plan every service's layout (~100 ms for 650 services at 100,000 GPUs).
         self.capacities: dict[str, tuple[object, object, float]] = {}
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
         with self.runner.reading() as live:
             now = self.runner.clock.now()
             yield from _collect(live, now, self.runner, self.capacities)
@@ -123,7 +124,7 @@ def _g(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamil
 
 def _collect(
     live: object, now: float, runner: Runner, capacities: dict[str, tuple[object, object, float]]
-) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
     from rackscale.service.live import LiveCluster
 
     assert isinstance(live, LiveCluster)
@@ -303,6 +304,14 @@ def _collect(
     for cause, n in k.preemption_victims_by_cause.items():
         victims.add_metric([cause.value], n)
     yield victims
+    ratios = live.prediction_ratios
+    yield HistogramMetricFamily(
+        "rackscale_runtime_prediction_ratio",
+        "Completed jobs the scheduler planned with the runtime predictor's estimate (they gave none): their "
+        "run over the prediction (1: exact; 2: ran twice as long as planned).",
+        buckets=[("+Inf" if math.isinf(le) else f"{le:g}", n) for le, n in ratios.cumulative()],
+        sum_value=ratios.total,
+    )
     yield CounterMetricFamily(
         "rackscale_elastic_resizes",
         "Elastic training gangs shrunk or grown (each a restart from a checkpoint).",
