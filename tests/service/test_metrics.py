@@ -85,6 +85,24 @@ def test_a_preemption_is_counted_under_its_cause(service: LiveService) -> None:
     assert c.get("/v1/kpis").json()["preemptionVictims"] == 1  # the API's total is the series' sum
 
 
+def test_a_reservation_shows_its_racks_and_the_gpus_idle_in_them(service: LiveService) -> None:
+    """r000 full (a), r001 half full (b, ending first): a 72-GPU gang that needs a whole rack reserves r001,
+    whose 36 free GPUs wait for it (nothing else waits to borrow them)."""
+    c = service.client()
+    m = scrape(service)
+    assert value(m, "rackscale_reserved_racks") == 0 and value(m, "rackscale_reserved_free_gpus") == 0
+    c.post("/v1/jobs", json={"name": "a", "kind": "training", "gpus": 72, "durationEstimateSeconds": 1e7})
+    c.post("/v1/jobs", json={"name": "b", "kind": "training", "gpus": 36, "durationEstimateSeconds": 1e6})
+    wait_for(lambda: c.get("/v1/cluster").json()["running"] == 2, what="a and b running")
+    c.post("/v1/jobs", json={"name": "big", "kind": "training", "gpus": 72})
+    wait_for(lambda: c.get("/v1/jobs/big").json()["reason"] != "Queued", what="big looked at")
+    m = scrape(service)
+    assert value(m, "rackscale_reserved_racks") == 1
+    assert value(m, "rackscale_reserved_free_gpus") == 36
+    c.delete("/v1/jobs/big")
+    wait_for(lambda: value(scrape(service), "rackscale_reserved_racks") == 0, what="the holder gone, no reservation")
+
+
 def test_failed_jobs_are_counted(service: LiveService) -> None:
     c = service.client()
     c.post("/v1/jobs", json={"name": "impossible", "kind": "batch", "tasks": 1, "gpus": 8})  # no 8-GPU node

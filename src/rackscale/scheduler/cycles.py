@@ -32,6 +32,11 @@ class CycleDriver:
         self._reservation: Reservation | None = None
         self._last_full: float | None = None
 
+    @property
+    def reservation(self) -> Reservation | None:
+        """The reservation of the last full cycle, which cycles over new jobs alone keep (None: none)."""
+        return self._reservation
+
     def arrived(self, name: str) -> None:
         """A job was queued (new, or back after a preemption or scale-down)."""
         self._fresh.append(name)

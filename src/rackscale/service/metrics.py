@@ -176,6 +176,19 @@ def _collect(
         value=len(st.opportunistic),
     )
     yield GaugeMetricFamily("rackscale_gpus_on_loan", "GPUs those jobs hold.", value=loaned)
+    reservation = live.cycles.reservation
+    racks = reservation.racks if reservation is not None and reservation.job in live.pending else frozenset()
+    yield GaugeMetricFamily(
+        "rackscale_reserved_racks",
+        "Racks held for the first waiting gang that did not fit (EASY backfill: other jobs run there only if "
+        "they end before it can start, or on loan).",
+        value=len(racks),
+    )
+    yield GaugeMetricFamily(
+        "rackscale_reserved_free_gpus",
+        "Whole GPUs free in those racks now: idle while they drain for it, unless lent.",
+        value=sum(st.rack_whole[r] for r in racks),
+    )
     yield GaugeMetricFamily(
         "rackscale_gpu_utilization_ratio",
         # Modelled (an allocation ratio, not measured GPU activity): the rules prefer DCGM / NVML when scraped.
