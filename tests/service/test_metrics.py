@@ -103,6 +103,20 @@ def test_a_reservation_shows_its_racks_and_the_gpus_idle_in_them(service: LiveSe
     wait_for(lambda: value(scrape(service), "rackscale_reserved_racks") == 0, what="the holder gone, no reservation")
 
 
+def test_elastic_gangs_are_counted_by_their_size_against_their_request(service: LiveService) -> None:
+    """One rack full, the other half: an elastic gang of 72 (minimum 36) starts on the 36 free GPUs."""
+    c = service.client()
+    m = scrape(service)
+    assert {lab["size"]: v for lab, v in m["rackscale_elastic_gangs"]} == {"below": 0, "at": 0, "above": 0}
+    c.post("/v1/jobs", json={"name": "a", "kind": "training", "gpus": 72, "durationEstimateSeconds": 1e7})
+    c.post("/v1/jobs", json={"name": "b", "kind": "training", "gpus": 36, "durationEstimateSeconds": 1e7})
+    wait_for(lambda: c.get("/v1/cluster").json()["running"] == 2, what="a and b running")
+    c.post("/v1/jobs", json={"name": "el", "kind": "training", "gpus": 72, "minGpus": 36, "maxGpus": 72})
+    wait_for(lambda: c.get("/v1/jobs/el").json()["status"] == "running", what="el running")
+    m = scrape(service)
+    assert {lab["size"]: v for lab, v in m["rackscale_elastic_gangs"]} == {"below": 1, "at": 0, "above": 0}
+
+
 def test_failed_jobs_are_counted(service: LiveService) -> None:
     c = service.client()
     c.post("/v1/jobs", json={"name": "impossible", "kind": "batch", "tasks": 1, "gpus": 8})  # no 8-GPU node

@@ -325,6 +325,20 @@ def _collect(
         buckets=[("+Inf" if math.isinf(le) else f"{le:g}", n) for le, n in ratios.cumulative()],
         sum_value=ratios.total,
     )
+    sizes = _g(
+        "rackscale_elastic_gangs",
+        "Running elastic training gangs by their size against their request: below (started smaller or shrunk), "
+        "at, above (grown into idle GPUs).",
+        ["size"],
+    )
+    below = at = above = 0
+    for name in st.elastic:
+        rj = st.running[name]
+        units, asked = rj.placement.units, rj.spec.units
+        below, at, above = below + (units < asked), at + (units == asked), above + (units > asked)
+    for size, n in (("below", below), ("at", at), ("above", above)):
+        sizes.add_metric([size], n)
+    yield sizes
     yield CounterMetricFamily(
         "rackscale_elastic_resizes",
         "Elastic training gangs shrunk or grown (each a restart from a checkpoint).",
