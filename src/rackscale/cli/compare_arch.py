@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from rackscale.llm.serving import ServePoint, ServeWorkload
 
 SEED_CLAIMS = {"throughput_x": 28, "cost_per_token_divided_by": 15}
+# USD per GPU-hour: 0 (free) or from a hundredth of a cent to far past any rental price. Outside, the costs and
+# their ratios overflow (inf, 1e308, or 1e-310 whose cost per token divides to inf) and JSON would say Infinity.
+MIN_PRICE, MAX_PRICE = 1e-4, 10_000.0
 SIM_HELP = "Scheduling KPIs (implies --simulate)."
 
 
@@ -103,8 +106,12 @@ def compare_arch(
         list[str] | None, typer.Option("--interactivity", "-i", help="Targets, tok/s/user (repeat or comma-separate).")
     ] = None,
     mode: Annotated[Mode, typer.Option("--mode", help=MODE_HELP)] = Mode.best,
-    price_a: Annotated[float | None, typer.Option("--price-a", min=0.0, help="USD per GPU-hour on A.")] = None,
-    price_b: Annotated[float | None, typer.Option("--price-b", min=0.0, help="USD per GPU-hour on B.")] = None,
+    price_a: Annotated[
+        float | None, typer.Option("--price-a", min=0.0, max=MAX_PRICE, help="USD per GPU-hour on A.")
+    ] = None,
+    price_b: Annotated[
+        float | None, typer.Option("--price-b", min=0.0, max=MAX_PRICE, help="USD per GPU-hour on B.")
+    ] = None,
     simulate: Annotated[bool, typer.Option("--simulate", help="Scheduling KPIs of the synthetic mix instead.")] = False,
     racks: Annotated[int | None, typer.Option("--racks", help="--simulate: NVL72 racks of A (default 4).")] = None,
     node_gpus: Annotated[int | None, typer.Option("--node-gpus", help="--simulate: GPUs per node of B (8).")] = None,
@@ -135,6 +142,9 @@ def compare_arch(
     (or any of --racks, --node-gpus, --n-jobs, --policy, --seed) reports the scheduler's KPIs on the
     synthetic mix instead: JCT and makespan, not the architecture's throughput.
     """
+    for option, price in (("--price-a", price_a), ("--price-b", price_b)):
+        if price is not None and 0 < price < MIN_PRICE:
+            fail(f"{option} must be 0 or at least {MIN_PRICE:g} USD per GPU-hour (got {price:g})")
     sys_a, src_a = _system(a, a_spec, "gb200", "a")
     sys_b, src_b = _system(b, b_spec, "h100", "b")
     sys_a, sys_b = _priced(sys_a, price_a), _priced(sys_b, price_b)
