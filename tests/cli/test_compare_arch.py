@@ -180,6 +180,8 @@ ERRORS = [
     pytest.param(("--price-a", "1e-310"), "--price-a must be 0 or at least 0.0001", id="tiny-price"),
     pytest.param(("--simulate", "--price-b", "1e-315"), "--price-b must be 0 or at least", id="simulate-tiny-price"),
     pytest.param(("--racks", "0"), "--racks must be at least 1 (got 0)", id="simulate-racks-0"),
+    pytest.param(("--racks", "100000000000"), "--racks must be at most 2,000", id="simulate-racks-huge"),
+    pytest.param(("--n-jobs", "1000000000"), "--n-jobs must be at most 100,000", id="simulate-jobs-huge"),
     pytest.param(("--simulate", "--racks", "1", "--node-gpus", "5"), "must divide the 72 GPUs", id="simulate-node"),
     pytest.param(("--simulate", "--policy", "magic"), "unknown policy 'magic'", id="simulate-policy"),
 ]

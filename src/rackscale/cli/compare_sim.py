@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 TITLE = "scheduling KPIs, not the architecture's throughput: A vs B"
 DEFAULT_RACKS, DEFAULT_NODE_GPUS, DEFAULT_JOBS = 4, 8, 600
+# Past these the run does not finish (10**11 racks never get built; 10**9 jobs never get made): one line instead.
+# 2,000 NVL72 racks are 144,000 GPUs, past `bench placement`'s 100,000; 100,000 jobs take hours already.
+MAX_RACKS, MAX_JOBS = 2_000, 100_000
 
 
 def _clusters(
@@ -83,6 +86,10 @@ def simulate_arch(
     racks = DEFAULT_RACKS if racks is None else racks
     if racks < 1:  # checked here, not by typer, for the same one-line error as ``simulate --racks 0``
         fail(f"--racks must be at least 1 (got {racks})")
+    if racks > MAX_RACKS:
+        fail(f"--racks must be at most {MAX_RACKS:,} (got {racks:,})")
+    if n_jobs is not None and n_jobs > MAX_JOBS:
+        fail(f"--n-jobs must be at most {MAX_JOBS:,} (got {n_jobs:,})")
     node_gpus = DEFAULT_NODE_GPUS if node_gpus is None else node_gpus
     if node_gpus < 1:
         fail(f"--node-gpus must be at least 1 (got {node_gpus})")
