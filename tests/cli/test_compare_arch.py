@@ -184,6 +184,12 @@ ERRORS = [
     pytest.param(("--n-jobs", "1000000000"), "--n-jobs must be at most 100,000", id="simulate-jobs-huge"),
     pytest.param(("--simulate", "--racks", "1", "--node-gpus", "5"), "must divide the 72 GPUs", id="simulate-node"),
     pytest.param(("--simulate", "--policy", "magic"), "unknown policy 'magic'", id="simulate-policy"),
+    pytest.param(("--simulate", "--model", "gpt-9"), "--model means nothing to --simulate's", id="simulate-model"),
+    pytest.param(("--racks", "1", "--isl", "0"), "drop --isl, or drop --racks", id="simulate-isl-by-racks"),
+    pytest.param(("--seed", "3", "--no-mtp"), "--mtp/--no-mtp means nothing", id="simulate-no-mtp-by-seed"),
+    pytest.param(("--simulate", "-i", "50"), "--interactivity means nothing", id="simulate-interactivity"),
+    pytest.param(("--simulate", "--mode", "aggregated"), "--mode means nothing", id="simulate-mode"),
+    pytest.param(("--n-jobs", "5", "--a-precision", "fp8"), "--a-precision means nothing", id="simulate-precision"),
 ]
 
 

@@ -53,6 +53,10 @@ SEED_CLAIMS = {"throughput_x": 28, "cost_per_token_divided_by": 15}
 # their ratios overflow (inf, 1e308, or 1e-310 whose cost per token divides to inf) and JSON would say Infinity.
 MIN_PRICE, MAX_PRICE = 1e-4, 10_000.0
 SIM_HELP = "Scheduling KPIs (implies --simulate)."
+# The options that only the performance model reads: with --simulate (or an option that implies it) one of them
+# given would be dropped without a word, so it is an error.
+MODEL_ONLY = ("model", "a_precision", "b_precision", "isl", "osl", "mtp", "ttft_s", "interactivity", "mode")
+SIM_ONLY = ("simulate", "racks", "node_gpus", "n_jobs", "policy", "seed")
 
 
 def _narrowest(system: System, text: str | None, option: str) -> Precision:
@@ -88,7 +92,19 @@ def _priced(system: System, price: float | None) -> System:
     return system if price is None else replace(system, price_per_gpu_hour=price)
 
 
+def _given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
+    """The options among ``names`` that the command line gave (not their defaults), as typed (``--isl``).
+    By the source's name: typer ships its own copy of click, whose ``ParameterSource`` is not click's."""
+    given = []
+    for p in ctx.command.params:
+        source = ctx.get_parameter_source(p.name) if p.name in names else None
+        if source is not None and source.name == "COMMANDLINE":
+            given.append("/".join([p.opts[0], *p.secondary_opts]))  # --model; --mtp/--no-mtp
+    return given
+
+
 def compare_arch(
+    ctx: typer.Context,
     model: Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP)] = "deepseek-r1",
     a: Annotated[str | None, typer.Option("--a", help="System A (default gb200: GB200 NVL72).")] = None,
     b: Annotated[str | None, typer.Option("--b", help="System B (default h100: 8-GPU nodes).")] = None,
@@ -151,6 +167,13 @@ def compare_arch(
     if simulate or any(v is not None for v in (racks, node_gpus, n_jobs, policy, seed)):
         from rackscale.cli.compare_sim import simulate_arch
 
+        model_only = _given(ctx, MODEL_ONLY)
+        if model_only:
+            why = _given(ctx, SIM_ONLY)[0]
+            fail(
+                f"{model_only[0]} means nothing to --simulate's scheduling KPIs, which {why} asks for (it is the "
+                f"performance model's): drop {model_only[0]}, or drop {why}"
+            )
         fmt = OutputFormat.json if as_json else output
         specs = (a_spec, b_spec)
         simulate_arch(
