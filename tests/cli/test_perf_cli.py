@@ -175,6 +175,7 @@ SERVE_ERRORS = [
     pytest.param(("perf", "serve", "-m", "llama-3.1-8b", "-g", "h100", "--mtp"), "no MTP head", id="mtp-llama"),
     pytest.param((*SERVE, "--vs", "tpu"), "--vs: unknown system 'tpu'", id="unknown-vs"),
     pytest.param((*SERVE, "--vs", "b200", "--vs-precision", "fp2"), "--vs-precision", id="bad-vs-precision"),
+    pytest.param((*SERVE, "--vs-precision", "fp4"), "--vs-precision fp4 is the precision on --vs", id="vs-prec-no-vs"),
     pytest.param((*SERVE, "--mode", "fast"), "--mode", id="unknown-mode"),
     pytest.param(("perf", "serve", "--gpu", "gb200"), "missing option '--model'", id="no-model"),
     pytest.param(("perf", "serve", "-m", "/no/such/config.json", "-g", "h100"), "cannot read", id="missing-file"),

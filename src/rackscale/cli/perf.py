@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rackscale.cli.output import OutputFormat, emit
+from rackscale.cli.output import OutputFormat, emit, fail
 from rackscale.cli.perf_args import (
     GPU_HELP,
     MODE_HELP,
@@ -97,6 +97,8 @@ def serve(
     from rackscale.llm.serving import ServeWorkload
 
     check_positive(isl=isl, osl=osl, ttft_s=ttft_s)
+    if vs_prec is not None and vs is None:
+        fail(f"--vs-precision {vs_prec} is the precision on --vs, which is not given: add --vs G2, or drop it")
     targets = parse_targets(interactivity)
     loaded = resolve_model(model)
     system = resolve_system(gpu, domain=domain)
