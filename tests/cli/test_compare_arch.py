@@ -132,6 +132,26 @@ def test_prices_can_be_overridden(args: tuple[str, ...], prices: tuple[float | N
         assert got == pytest.approx(price / (point["tok_s_gpu"] * 3600) * 1e6)
 
 
+SMALL = r"0\.0+[1-9]\d?"  # a figure far below 1, to two significant digits
+TINY_FIGURES = [  # (args, what the table must hold): a non-zero figure is never printed as 0
+    pytest.param(
+        ("-m", "llama-3.1-8b", "--isl", "16777216", "--osl", "1", "-i", "10"),  # about 1e-5 tok/s/GPU on each side
+        rf"│ 10\s+│ {SMALL}\s+│ {SMALL}\s+│ x\d",
+        id="tok-s-gpu-below-one",
+    ),
+    pytest.param(
+        ("-m", "llama-3.1-8b", "-i", "50", "--price-a", "0.0001"), rf"│ 50\s+(│[^│]+){{6}}│ {SMALL}\s", id="cost"
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "shows"), TINY_FIGURES)
+def test_the_table_never_rounds_a_figure_to_zero(args: tuple[str, ...], shows: str) -> None:
+    code, out, err = invoke("compare-arch", *args)
+    assert code == 0, out + err
+    assert re.search(shows, out) and not EXPONENT.search(out), out
+
+
 MTP = [
     pytest.param((), True, id="deepseek-default-on"),
     pytest.param(("--no-mtp",), False, id="deepseek-no-mtp"),

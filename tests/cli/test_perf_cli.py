@@ -127,6 +127,28 @@ def test_the_table_says_unreachable_and_has_a_peak_row_without_exponents() -> No
     assert not EXPONENT.search(out.replace(str(UNREACHABLE), ""))
 
 
+LONG_PROMPT = ("perf", "serve", "-m", "llama-3.1-8b", "-g", "h100", "--isl", "16777216", "--osl", "1")
+SMALL = r"0\.0+[1-9]\d?"  # a figure far below 1, to two significant digits (about 1e-5 tok/s/GPU here)
+TINY_FIGURES = [  # (args, what the table must hold): a non-zero figure or target is never printed as 0
+    pytest.param((*LONG_PROMPT, "-i", "10"), rf"│ 10\s+│ {SMALL}\s", id="tok-s-gpu-below-one"),
+    pytest.param(
+        ("perf", "serve", "-m", "llama-3.1-8b", "-g", "h100", "-i", "1e-7"), r"│ 0\.0000001\s", id="tiny-target"
+    ),
+    pytest.param(
+        ("perf", "serve", "-m", "llama-3.1-8b", "-g", "h100", "-i", "10", "--ttft-s", "1e-9"),
+        r"TTFT bound 0\.000000001 s",
+        id="tiny-ttft-bound",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "shows"), TINY_FIGURES)
+def test_the_table_never_rounds_a_figure_to_zero(args: tuple[str, ...], shows: str) -> None:
+    code, out, err = invoke(*args)
+    assert code == 0, out + err
+    assert re.search(shows, out) and not EXPONENT.search(out), out
+
+
 def test_yaml_is_the_same_document_as_json() -> None:
     args = ("perf", "serve", "-m", "llama-3.1-8b", "-g", "h100", "-i", "100", "--vs", "a100")
     code, out, _ = invoke(*args, "-o", "yaml")

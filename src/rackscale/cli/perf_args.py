@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
+from decimal import Decimal
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -191,15 +192,25 @@ def print_lines(lines: Iterable[str]) -> None:
         console.print(Text(f"- {printable(line)}"), highlight=False)
 
 
+def _not_rounded_away(x: float, text: str, digits: int) -> str:
+    """``text`` (``x`` to a fixed number of decimals), or, where those round a non-zero ``x`` to nothing,
+    ``x`` to ``digits`` significant digits, still without an exponent: ``0.000032``, not ``0`` (a point that
+    serves 3.2e-05 tok/s/GPU is not one that serves none) nor ``3.2e-05``."""
+    if x == 0 or not math.isfinite(x) or any(c in "123456789" for c in text):
+        return text
+    return format(Decimal(f"{x:.{digits}g}"), "f")
+
+
 def num(x: float | None, fmt: str = ",.0f") -> str:
-    """A figure for a table cell: grouped digits, never an exponent."""
-    return "-" if x is None else format(x, fmt)
+    """A figure for a table cell: grouped digits, never an exponent; a non-zero figure never shows as 0."""
+    return "-" if x is None else _not_rounded_away(x, format(x, fmt), 2)
 
 
 def target_text(x: float) -> str:
-    """An interactivity target as given (``125``, ``12.5``, ``10,000,000``): digits, never an exponent."""
-    return f"{x:,.6f}".rstrip("0").rstrip(".")
+    """An interactivity target as given (``125``, ``12.5``, ``10,000,000``, ``0.0000001``): digits, never an
+    exponent."""
+    return _not_rounded_away(x, f"{x:,.6f}".rstrip("0").rstrip("."), 6)
 
 
 def ratio_text(r: float | None) -> str:
-    return "-" if r is None else f"x{r:,.2f}"
+    return "-" if r is None else "x" + _not_rounded_away(r, f"{r:,.2f}", 2)
