@@ -201,6 +201,8 @@ SERVE_ERRORS = [
     pytest.param((*SERVE, "--mode", "fast"), "--mode", id="unknown-mode"),
     pytest.param(("perf", "serve", "--gpu", "gb200"), "missing option '--model'", id="no-model"),
     pytest.param(("perf", "serve", "-m", "/no/such/config.json", "-g", "h100"), "cannot read", id="missing-file"),
+    pytest.param(("perf", "serve", "-m", "a" * 5000, "-g", "h100"), "--model: unknown model 'aaa", id="name-too-long"),
+    pytest.param(("perf", "serve", "-m", "x\x00y", "-g", "h100"), "--model: unknown model 'x\\x00y'", id="nul-in-name"),
 ]
 
 

@@ -49,7 +49,12 @@ class LoadedModel:
 def names_a_file(text: str) -> bool:
     """A path to an existing file or a text ending in ``.json`` (so that a mistyped path says "cannot
     read", not "unknown model")."""
-    return text.lower().endswith(".json") or Path(text).is_file()
+    if text.lower().endswith(".json"):
+        return True
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # a name the OS cannot take (longer than NAME_MAX, an embedded NUL): no file
+        return False
 
 
 def load_model(text: str) -> LoadedModel:
