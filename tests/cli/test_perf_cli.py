@@ -234,6 +234,23 @@ def test_a_bad_config_file_is_one_line_naming_the_file(tmp_path: Path, text: str
     assert str(path) in err and says in err
 
 
+FOLDERS = [  # a checkpoint's folder where its config.json was meant: say so and name the file
+    pytest.param(("serve", "-g", "h100"), "", id="serve"),
+    pytest.param(("serve", "-g", "h100"), "/", id="serve-trailing-slash"),
+    pytest.param(("train", "-g", "h100", "-n", "8"), "", id="train"),
+]
+
+
+@pytest.mark.parametrize(("verb", "slash"), FOLDERS)
+def test_a_folder_for_model_names_its_config_json(tmp_path: Path, verb: tuple[str, ...], slash: str) -> None:
+    folder = tmp_path / "Llama-3.1-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA_8B))
+    code, out, err = invoke("perf", *verb, "--model", f"{folder}{slash}")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "a folder, not a config.json" in err and str(folder / "config.json") in err
+
+
 # ------------------------------------------------------------------------------------------ perf train
 def _train_ref(model: str, gpu: str, plan: TrainPlan, batch: int, seq: int = 4096) -> tuple[float, float]:
     system = system_named(gpu)

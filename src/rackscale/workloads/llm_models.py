@@ -57,6 +57,13 @@ def names_a_file(text: str) -> bool:
         return False
 
 
+def _is_dir(text: str) -> bool:
+    try:
+        return Path(text).is_dir()
+    except (OSError, ValueError):  # a name the OS cannot take (too long, an embedded NUL): not a folder
+        return False
+
+
 def load_model(text: str) -> LoadedModel:
     """A built-in name, or a Hugging Face ``config.json`` (see :func:`names_a_file`)."""
     from rackscale.llm.hf_config import model_from_hf_config
@@ -91,6 +98,9 @@ def load_model(text: str) -> LoadedModel:
     try:
         spec = model_named(text)
     except RackscaleError as err:
+        if _is_dir(text):  # a Hugging Face checkpoint's folder, where its config.json was meant
+            where = Path(text) / "config.json"
+            raise ModelFileError(f"a folder, not a config.json: give the file ({where})", in_file=True) from None
         raise ModelFileError(str(err), in_file=False) from None
     return LoadedModel(spec=spec, has_mtp_head=text.strip().lower() in MTP_BUILTINS, origin="built-in")
 
