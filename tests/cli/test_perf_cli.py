@@ -220,6 +220,7 @@ BAD_FILES = [
     pytest.param(json.dumps({**LLAMA_8B, "num_hidden_layers": "many"}), "num_hidden_layers", id="bad-field"),
     pytest.param(json.dumps({"hidden_size": 4096}), "num_hidden_layers", id="missing-field"),
     pytest.param("[" * 50_000 + "]" * 50_000, "nested too deeply", id="deeply-nested"),
+    pytest.param('{"hidden_size": 1' + "0" * 5000 + "}", "a number thousands of digits long", id="5000-digits"),
     pytest.param("\ufeff{}", "num_hidden_layers", id="byte-order-mark-then-nothing"),
     pytest.param(" " * (1 << 20) + "{}", "KiB", id="too-large"),
 ]

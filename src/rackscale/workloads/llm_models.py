@@ -81,8 +81,12 @@ def load_model(text: str) -> LoadedModel:
             raise ModelFileError(f"more than {MAX_CONFIG_BYTES >> 10} KiB; a config.json is a few KB", in_file=True)
         try:
             config = json.loads(raw)
-        except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ModelFileError(f"not valid JSON ({err})", in_file=True) from None
+        except ValueError:  # an integer past Python's 4,300 digits, whose message says to raise a Python limit
+            raise ModelFileError(
+                "not a config.json: it holds a number thousands of digits long", in_file=True
+            ) from None
         except RecursionError:  # thousands of nested brackets: no config.json is built like that
             raise ModelFileError("JSON nested too deeply to be a config.json", in_file=True) from None
         if not isinstance(config, dict):
