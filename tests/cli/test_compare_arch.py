@@ -213,6 +213,23 @@ ERRORS = [
 ]
 
 
+SPECS_THE_MODEL_CANNOT_TAKE = [  # (field, value, the error): the model would time a GB200 NVL72 instead
+    pytest.param("gpuType", "MI300X", "no chip for its GPU model 'MI300X'", id="unknown-gpu-model"),
+    pytest.param("nodesPerRack", "1000", "a rack of 4,000 GPUs is an NVLink domain larger than the 576", id="rack"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "says"), SPECS_THE_MODEL_CANNOT_TAKE)
+def test_a_spec_the_model_cannot_take_is_one_line(tmp_path: Path, field: str, value: str, says: str) -> None:
+    text = (EXAMPLES / "cluster-nvl72.yaml").read_text()
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(re.sub(rf"(?m)^  {field}: .*$", f"  {field}: {value}", text))
+    code, out, err = invoke("compare-arch", "--b-spec", str(spec), "-i", "50")
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, out + err
+    assert lines[0].startswith(f"error: --b-spec {spec}: ") and says in lines[0]
+
+
 @pytest.mark.parametrize(("args", "says"), ERRORS)
 def test_errors_are_one_line_exit_2(args: tuple[str, ...], says: str) -> None:
     code, out, err = invoke("compare-arch", *args)

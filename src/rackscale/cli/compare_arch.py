@@ -68,8 +68,10 @@ def _narrowest(system: System, text: str | None, option: str) -> Precision:
     return next(p for p in reversed(Precision) if system.gpu.supports(p))
 
 
-def _system(name: str | None, spec: Path | None, default: str, side: str) -> tuple[System, str]:
-    """``--a gb200`` or ``--a-spec cluster.yaml`` (through ``rackscale.llm.jobs.system_of_cluster``)."""
+def _system(name: str | None, spec: Path | None, default: str, side: str, *, model: bool = True) -> tuple[System, str]:
+    """``--a gb200`` or ``--a-spec cluster.yaml`` (through ``rackscale.llm.jobs.system_of_cluster``). For the
+    performance model (``model``) the spec's main GPU must be a catalogue chip and its racks NVLink domains the
+    catalogue knows: ``system_of_cluster`` would take a GB200 for an MI300X and cut a larger rack to 576 GPUs."""
     if spec is None:
         return resolve_system(name or default, option=f"--{side}"), "catalogue"
     if name is not None:
@@ -78,13 +80,25 @@ def _system(name: str | None, spec: Path | None, default: str, side: str) -> tup
     from rackscale.model.specs import SpecError
 
     try:
-        from rackscale.llm.jobs import system_of_cluster
+        from rackscale.llm.jobs import catalogue_gpu, main_gpu_model, system_of_cluster
     except ImportError:
         fail(f"--{side}-spec needs rackscale.llm.jobs, which this build lacks; use --{side} NAME")
+    from rackscale.llm.hardware import GPUS, MAX_DOMAIN_GPUS
+
     try:
         cluster = load_cluster(spec)
     except SpecError as err:
         fail(str(err))
+    if model and catalogue_gpu(gpu := main_gpu_model(cluster)) is None:
+        fail(
+            f"--{side}-spec {spec}: the performance model has no chip for its GPU model {gpu!r}; it knows "
+            f"{', '.join(GPUS)}: give a spec of one of them, or --{side} NAME"
+        )
+    if model and cluster.max_rack_gpus > MAX_DOMAIN_GPUS:
+        fail(
+            f"--{side}-spec {spec}: a rack of {cluster.max_rack_gpus:,} GPUs is an NVLink domain larger than the "
+            f"{MAX_DOMAIN_GPUS} the performance model knows; give racks of at most {MAX_DOMAIN_GPUS} GPUs"
+        )
     return system_of_cluster(cluster), str(spec)
 
 
@@ -161,10 +175,11 @@ def compare_arch(
     for option, price in (("--price-a", price_a), ("--price-b", price_b)):
         if price is not None and 0 < price < MIN_PRICE:
             fail(f"{option} must be 0 or at least {MIN_PRICE:g} USD per GPU-hour (got {price:g})")
-    sys_a, src_a = _system(a, a_spec, "gb200", "a")
-    sys_b, src_b = _system(b, b_spec, "h100", "b")
+    simulating = simulate or any(v is not None for v in (racks, node_gpus, n_jobs, policy, seed))
+    sys_a, src_a = _system(a, a_spec, "gb200", "a", model=not simulating)
+    sys_b, src_b = _system(b, b_spec, "h100", "b", model=not simulating)
     sys_a, sys_b = _priced(sys_a, price_a), _priced(sys_b, price_b)
-    if simulate or any(v is not None for v in (racks, node_gpus, n_jobs, policy, seed)):
+    if simulating:
         from rackscale.cli.compare_sim import simulate_arch
 
         model_only = _given(ctx, MODEL_ONLY)

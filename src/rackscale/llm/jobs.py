@@ -61,12 +61,17 @@ _WORDS = re.compile(r"[-_ /.:]+")
 
 
 # ---------------------------------------------------------------------------------------------- the system
-def gpu_of_model(name: str) -> GpuSpec:
-    """The catalogue GPU a cluster's model name means (:data:`DEFAULT_GPU` when none matches)."""
+def catalogue_gpu(name: str) -> GpuSpec | None:
+    """The catalogue GPU a cluster's model name means (``H100``, ``nvidia-h100-sxm``), None when none matches."""
     key = name.strip().lower()
     if key in GPUS:
         return GPUS[key]
-    return next((GPUS[w] for w in _WORDS.split(key) if w in GPUS), GPUS[DEFAULT_GPU])
+    return next((GPUS[w] for w in _WORDS.split(key) if w in GPUS), None)
+
+
+def gpu_of_model(name: str) -> GpuSpec:
+    """The catalogue GPU a cluster's model name means (:data:`DEFAULT_GPU` when none matches)."""
+    return catalogue_gpu(name) or GPUS[DEFAULT_GPU]
 
 
 @lru_cache(maxsize=128)
@@ -95,6 +100,11 @@ def _primary_model(cluster: GPUCluster, spec: JobSpec | None = None) -> str:
     for rack in cluster.racks:
         count[rack.gpu_model] = count.get(rack.gpu_model, 0) + rack.gpus
     return max(sorted(count), key=lambda m: count[m])
+
+
+def main_gpu_model(cluster: GPUCluster) -> str:
+    """The GPU model :func:`system_of_cluster` takes by default: the cluster's most common."""
+    return _primary_model(cluster)
 
 
 def system_of_cluster(cluster: GPUCluster, gpu_model: str | None = None) -> System:
@@ -319,6 +329,7 @@ __all__ = [
     "DEFAULT_GPU",
     "LlmJobError",
     "ReplicaServing",
+    "catalogue_gpu",
     "check_job",
     "default_global_batch",
     "elastic_llm",
@@ -326,6 +337,7 @@ __all__ = [
     "is_llm",
     "job_ideal_step",
     "job_step",
+    "main_gpu_model",
     "replica_layouts",
     "replica_serving",
     "resolve",
