@@ -216,6 +216,13 @@ BAD_VALUES = [
     (["schedule", "-f", "x.yaml", "-o", "xml"], "--output: 'xml' is not one of"),
     (["schedule"], "missing option '-f' / '--filename'"),
     (["simulate", "--racks=-3"], "--racks must be at least 1 (got -3)"),
+    (["simulate", "--racks", "100000000000"], "--racks must be at most 14,563 (got 100,000,000,000)"),
+    (["schedule", "-f", "x.yaml", "--racks", "20000"], "--racks must be at most 14,563 (got 20,000)"),
+    (
+        ["simulate", "--n-jobs", "1000000000"],
+        "--n-jobs x --arrival-scale is 1e+09 synthetic jobs, more than 10,000,000",
+    ),
+    (["simulate", "--arrival-scale", "1e300"], "--n-jobs x --arrival-scale is 6e+302 synthetic jobs"),
     (["slurm", "topology", "--racks", "0"], "--racks must be at least 1 (got 0)"),
     (["slurm", "topology", "--racks", "two"], "--racks must be a whole number (got 'two')"),
     (["slurm", "topology", "--racks", "1", "--cluster", str(SEED_CLUSTER)], "either --cluster or --racks"),

@@ -179,6 +179,8 @@ def simulate(
         trace="--trace",
         jobs_file="--jobs",
         duration="--duration",
+        jobs="--n-jobs",
+        arrival_scale="--arrival-scale",
         maintenance="--maintenance",
         schedules="--schedule",
         start_time="--start-time",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rackscale.model.topology import GPUCluster
 from rackscale.sim.records import SimConfig
 from rackscale.sweep.perf_cells import PERF_KIND, PerfOptions, model_file, run_perf_cell
-from rackscale.sweep.spec import DEFAULT_RACKS, CellOptions, SweepError
+from rackscale.sweep.spec import DEFAULT_RACKS, MAX_RACKS, MAX_SYNTHETIC_JOBS, CellOptions, SweepError
 
 if TYPE_CHECKING:
     from rackscale.workloads.trace_load import TraceLoad
@@ -84,6 +84,8 @@ class Names:
     trace: str = "trace"
     jobs_file: str = "jobs_file"
     duration: str = "duration_h"
+    jobs: str = "jobs"
+    arrival_scale: str = "arrival_scale"
     maintenance: str = "maintenance"
     schedules: str = "schedules"
     start_time: str = "start_time"
@@ -135,6 +137,8 @@ def _cluster(options: CellOptions, names: Names) -> GPUCluster:
     n = DEFAULT_RACKS if options.racks is None else options.racks  # simulate's default (cli/common.DEFAULT_RACKS)
     if n < 1:
         raise SweepError([f"{names.racks} must be at least 1 (got {n})"])
+    if n > MAX_RACKS:  # a cluster spec's racksPerRegion bound: past it the cluster is never built
+        raise SweepError([f"{names.racks} must be at most {MAX_RACKS:,} (got {n:,})"])
     return GPUCluster.uniform(name=f"nvl72-x{n}", racks_per_region=n)
 
 
@@ -165,9 +169,17 @@ def _jobs(
         jobs = list(load_jobs(Path(options.jobs_file)))
     else:
         hours = options.duration_h if options.duration_h is not None else 24.0
+        n = round(options.jobs * options.arrival_scale)
+        if n > MAX_SYNTHETIC_JOBS:  # (a sweep document is refused sooner, when it is read)
+            raise SweepError(
+                [
+                    f"{names.jobs} x {names.arrival_scale} is {n:,.4g} synthetic jobs, more than {MAX_SYNTHETIC_JOBS:,}"
+                    f" (fix: lower {names.jobs} or {names.arrival_scale})"
+                ]
+            )
         jobs = synthetic_jobs(
             SyntheticConfig(
-                jobs=max(1, round(options.jobs * options.arrival_scale)),
+                jobs=max(1, n),
                 duration_s=hours * 3600.0,
                 max_gpus=cluster.total_gpus,
                 seed=options.seed,
