@@ -23,6 +23,33 @@ def test_packed_span_fills_domains_in_order(gpus: int, domain: int, expected: tu
     assert Span.packed(gpus, domain).per_domain == expected
 
 
+@pytest.mark.parametrize(
+    ("gpus", "domain", "expected"),
+    [
+        (64, 9, (8,) * 8),  # packed: 7 domains of 9 and one of 1
+        (12, 8, (6, 6)),
+        (17, 8, (6, 6, 5)),
+        (16, 8, (8, 8)),
+        (5, 72, (5,)),
+        (1, 8, (1,)),
+    ],
+    ids=["dp64-nine-to-a-domain", "two-halves", "uneven-by-one", "two-full", "one-domain", "single-gpu"],
+)
+def test_balanced_span_uses_as_few_domains_as_packed_spread_evenly(
+    gpus: int, domain: int, expected: tuple[int, ...]
+) -> None:
+    got = Span.balanced(gpus, domain)
+    assert got.per_domain == expected
+    assert got.domains == Span.packed(gpus, domain).domains and got.gpus == gpus
+
+
+def test_a_domain_left_with_one_rank_is_the_hierarchical_all_reduces_bottleneck() -> None:
+    packed, balanced = Span.packed(64, 9), Span.balanced(64, 9)
+    slow = all_reduce_s(LINKS, packed, 1 * GB, algorithm=AllReduce.HIERARCHICAL)
+    fast = all_reduce_s(LINKS, balanced, 1 * GB, algorithm=AllReduce.HIERARCHICAL)
+    assert fast < slow / 4  # each NIC carries an eighth of the bytes, not all of them
+
+
 def test_all_reduce_leaving_the_domain_runs_at_the_nic() -> None:
     inside = all_reduce_s(LINKS, Span((8,)), 1 * GB)
     split = all_reduce_s(LINKS, Span((4, 4)), 1 * GB)

@@ -40,6 +40,20 @@ def test_dp_all_reduce_bytes_per_nic_shrink_with_the_domain() -> None:
     assert rack.dp_comm_s < nodes.dp_comm_s / 4
 
 
+def test_a_larger_nvlink_domain_never_trains_slower() -> None:
+    """The best plan for 512 GPUs at each domain size: more GPUs under NVLink never lowers tokens/s. At 72, 64
+    data-parallel ranks of TP4 x PP2 (nine to a domain) once lay 7 domains of nine and one of one, whose NIC
+    carried the whole gradient shard: 72 read slower than 64."""
+    work = TrainWorkload(model=model_named("llama-3.1-70b"), precision=Precision.BF16, seq_len=4096, global_batch=1024)
+    rates = []
+    for domain in (8, 16, 32, 64, 72, 96, 144):
+        s = system_named(f"h100:{domain}")
+        choice = best_train_plan(work, s, gpus=512, links=links_of(s), eff=training_efficiency(s.gpu))
+        assert choice is not None
+        rates.append(choice.step.tokens_per_s)
+    assert rates == sorted(rates), rates
+
+
 def test_recomputation_costs_a_forward_pass() -> None:
     plain = _step("h100", TrainPlan(tp=8, pp=4, dp=8))
     again = _step("h100", TrainPlan(tp=8, pp=4, dp=8, recompute=True))

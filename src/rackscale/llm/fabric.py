@@ -83,6 +83,17 @@ class Span:
         full, rest = divmod(gpus, cap)
         return cls((cap,) * full + ((rest,) if rest else ()))
 
+    @classmethod
+    def balanced(cls, gpus: int, domain_gpus: int) -> Span:
+        """``gpus`` GPUs over as few domains as :meth:`packed`, spread evenly (sizes differ by at most one):
+        what a launcher does with ranks whose collective is limited by the domain holding the fewest of
+        them (a hierarchical all-reduce's per-NIC bytes; see :func:`all_reduce_s`). 64 ranks, 9 to a domain:
+        8 domains of 8, not 7 of 9 and one of 1."""
+        gpus, cap = max(gpus, 1), max(domain_gpus, 1)
+        domains = -(-gpus // cap)
+        q, r = divmod(gpus, domains)
+        return cls((q + 1,) * r + (q,) * (domains - r))
+
     @property
     def gpus(self) -> int:
         return sum(self.per_domain)

@@ -179,10 +179,11 @@ class TrainStep:
 
 
 def dp_span(plan: TrainPlan, domain_gpus: int, size: int | None = None) -> Span:
-    """The data-parallel group of one model shard (or its first ``size`` ranks: an EP group): ``domain //
-    (tp x cp x pp)`` of its ranks share a domain."""
+    """The data-parallel group of one model shard (or its first ``size`` ranks: an EP group): at most
+    ``domain // (tp x cp x pp)`` of its ranks share a domain, spread evenly over the fewest domains that hold
+    them (``Span.balanced``: a domain left with one rank would carry the whole shard on its NIC)."""
     per_domain = max(1, domain_gpus // max(plan.shard_gpus, 1))
-    return Span.packed(plan.dp if size is None else size, per_domain)
+    return Span.balanced(plan.dp if size is None else size, per_domain)
 
 
 def train_step(
