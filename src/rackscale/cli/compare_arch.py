@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rackscale.cli.output import OutputFormat, emit, fail
+from rackscale.cli.output import OutputFormat, chosen_format, emit, fail
 from rackscale.cli.perf_args import (
     MODE_HELP,
     MODEL_HELP,
@@ -189,7 +189,7 @@ def compare_arch(
                 f"{model_only[0]} means nothing to --simulate's scheduling KPIs, which {why} asks for (it is the "
                 f"performance model's): drop {model_only[0]}, or drop {why}"
             )
-        fmt = OutputFormat.json if as_json else output
+        fmt = chosen_format(output, as_json)
         specs = (a_spec, b_spec)
         simulate_arch(
             sys_a, sys_b, specs, racks=racks, node_gpus=node_gpus, n_jobs=n_jobs, policy=policy, seed=seed, fmt=fmt

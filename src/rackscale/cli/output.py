@@ -108,3 +108,11 @@ def fail(message: str, *, code: int = 2) -> NoReturn:
     # soft_wrap: one error is one line, however long (a list of choices); the terminal wraps it for display.
     err_console.print(Text.assemble(("error:", "bold red"), " ", printable(message, multiline=True)), soft_wrap=True)
     raise typer.Exit(code)
+
+
+def chosen_format(output: OutputFormat, as_json: bool) -> OutputFormat:
+    """``--json`` is ``-o json``: with ``-o yaml`` (or any other) too, the two disagree, and one line says so
+    rather than one of them being dropped without a word."""
+    if as_json and output not in (OutputFormat.table, OutputFormat.json):
+        fail(f"--json means -o json, and -o {output.value} was given too: give one of them")
+    return OutputFormat.json if as_json else output

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from rackscale.cli.output import OutputFormat, console, emit, fail, printable
+from rackscale.cli.output import OutputFormat, chosen_format, console, emit, fail, printable
 from rackscale.llm.inputs import DEFAULT_TARGETS, MAX_INTERACTIVITY, MAX_TOKENS, MAX_TTFT_S
 
 if TYPE_CHECKING:
@@ -146,7 +146,8 @@ def model_line(model: ModelSpec, precision: Precision, *, kv: bool = True) -> st
 def system_line(system: System) -> str:
     gpu = system.gpu
     return (
-        f"{system.name}: NVLink domain {system.domain_gpus} GPUs at {gpu.nvlink_gb_s:,.0f} GB/s per GPU, NIC "
+        f"{system.name}: NVLink domain {system.domain_gpus} GPU{'' if system.domain_gpus == 1 else 's'} at "
+        f"{gpu.nvlink_gb_s:,.0f} GB/s per GPU, NIC "
         f"{system.nic_gb_s:,.0f} GB/s per GPU (one way); HBM {gpu.hbm_gb:,.0f} GB at {gpu.hbm_tb_s:g} TB/s; "
         f"USD {system.price_per_gpu_hour:,.2f} per GPU-hour."
     )
@@ -180,7 +181,7 @@ def unique(lines: Iterable[str]) -> list[str]:
 
 def finish(payload: dict[str, Any], output: OutputFormat, as_json: bool) -> bool:
     """Print ``payload`` as JSON/YAML and say True; False means the caller prints its table."""
-    fmt = OutputFormat.json if as_json else output
+    fmt = chosen_format(output, as_json)
     if fmt is OutputFormat.table:
         return False
     emit(json.loads(json.dumps(payload, default=str)), fmt)  # plain types only, for YAML's safe dumper

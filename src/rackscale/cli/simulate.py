@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from rackscale.cli.output import OutputFormat, console, emit, err_console, fail, printable
+from rackscale.cli.output import OutputFormat, chosen_format, console, emit, err_console, fail, printable
 from rackscale.host.runs import Estimates
 from rackscale.sim.summary import (
     GOALS,
@@ -148,6 +148,7 @@ def simulate(
     for p in (policy, *baselines):
         if p not in PROFILES:
             fail(f"unknown policy {p!r}; choose one of: {', '.join(PROFILES)}")
+    output = chosen_format(output, as_json)  # (before the runs: a conflict is said at once)
     # The flags as one cell's options, built by the sweep's builder: a sweep cell is this command's run by
     # construction. Not validated as a sweep document is: its bounds are a document's, simulate has its own
     # (typer's min/max; the builder checks the rest), e.g. a negative --seed runs here as it always has.
@@ -229,7 +230,7 @@ def simulate(
     goals = judge_all(kpis, currency)
     verdicts = [verdict(policies[0], b, kpis[policies[0]], kpis[b]) for b in policies[1:]]
     tl = timeline(results, cluster)
-    if as_json or output is not OutputFormat.table:
+    if output is not OutputFormat.table:
         payload = {
             "cluster": {"name": cluster.name, "gpus": cluster.total_gpus, "racks": len(cluster.racks)},
             "jobs": len(jobs),
@@ -239,7 +240,7 @@ def simulate(
             "verdict": verdicts,
             "timeline": tl.as_dict(),
         }
-        emit(payload, OutputFormat.json if as_json else output)
+        emit(payload, output)
         return
     size = f"{cluster.total_gpus:,} GPUs, {plural(len(cluster.racks), 'rack')}"
     title = f"{plural(len(jobs), 'job')} on {cluster.name} ({size})"
