@@ -235,6 +235,9 @@ BAD_VALUES = [
     (["simulate", "--json", "-o", "yaml"], "--json means -o json, and -o yaml was given too"),
     (["perf", "serve", "-m", "llama-3.1-8b", "-g", "h100", "--json", "-o", "yaml"], "--json means -o json"),
     (["compare-arch", "--json", "-o", "yaml"], "--json means -o json, and -o yaml was given too"),
+    (["bench", "placement", "--gpus", "100000000000"], "--gpus must be at most 1048536 (got 100000000000)"),
+    (["bench", "placement", "--pending", "100000000"], "--pending must be at most 1000000"),
+    (["bench", "service", "--racks", "99999999"], "--racks must be at most 14563 (got 99999999)"),
     (["validate"], "missing argument 'FILE...'"),
     (["validate", "--strict", "x.yaml"], "no such option: --strict"),
     (["cancel"], "missing argument 'NAME...'"),
@@ -309,3 +312,10 @@ def test_slurm_import_warns_of_a_gpu_model_the_spec_would_refuse(monkeypatch: py
     code, out, err = invoke("slurm", "import", "--gpu-model", "TESLA")
     assert code == 0 and "gpuType: TESLA" in out
     assert "warning: GPU model 'TESLA' is not one rackscale knows" in " ".join(err.split())
+
+
+def test_the_benchmarks_bound_their_clusters_as_the_specs_do() -> None:
+    from rackscale.cli.bench import MAX_BENCH_GPUS
+    from rackscale.sweep.spec import MAX_RACKS
+
+    assert MAX_BENCH_GPUS == MAX_RACKS * 72

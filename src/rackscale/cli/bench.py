@@ -105,6 +105,10 @@ def render(result: dict[str, Any], *, console: Console) -> None:
     console.print(f"machine: {m.get('cpu_model')} ({m.get('cpu_count')} CPUs), Python {m.get('python')}")
 
 
+# A cluster spec's bound (262,144 nodes) in NVL72 racks: past it the benchmark's cluster is never built.
+MAX_BENCH_GPUS = 14_563 * 72
+
+
 @app.command()
 def placement(
     gpus: Annotated[
@@ -113,6 +117,7 @@ def placement(
             "--gpus",
             help="Cluster size in GPUs, rounded to whole NVL72 racks (repeatable; default 10000 and 100000).",
             min=72,
+            max=MAX_BENCH_GPUS,
         ),
     ] = None,
     policy: Annotated[
@@ -121,12 +126,17 @@ def placement(
     ] = None,
     decisions: Annotated[
         int | None,
-        typer.Option("--decisions", help="Timed decisions per config (default 20000; 300 with --quick).", min=1),
+        typer.Option(
+            "--decisions", help="Timed decisions per config (default 20000; 300 with --quick).", min=1, max=10_000_000
+        ),
     ] = None,
     pending: Annotated[
         int | None,
         typer.Option(
-            "--pending", help="Pending jobs in the timed backlog cycle (default 10000; 200 with --quick).", min=1
+            "--pending",
+            help="Pending jobs in the timed backlog cycle (default 10000; 200 with --quick).",
+            min=1,
+            max=1_000_000,
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the job stream.")] = 0,
@@ -383,7 +393,9 @@ def service(
         typer.Option("--crash-after", help="kill -9 the server after this many acknowledged submissions.", min=1),
     ] = None,
     durability: Annotated[str, typer.Option("--durability", help="normal or full (SQLite synchronous).")] = "normal",
-    racks: Annotated[int, typer.Option("--racks", help="NVL72 racks of the served cluster.", min=1)] = 16,
+    racks: Annotated[
+        int, typer.Option("--racks", help="NVL72 racks of the served cluster.", min=1, max=MAX_BENCH_GPUS // 72)
+    ] = 16,
     speed: Annotated[float, typer.Option("--speed", help="Service clock speed (jobs' durations / speed).")] = 100.0,
     workers: Annotated[int, typer.Option("--workers", help="Client processes sharing the connections.", min=1)] = 2,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the job mix.")] = 0,
