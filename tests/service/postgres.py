@@ -41,69 +41,89 @@ def _bin(name: str) -> str:
     return found[-1]
 
 
-@contextmanager
-def postgres_server(root: Path) -> Iterator[str]:
-    """Start PostgreSQL under ``root``; yield a SQLAlchemy URL (psycopg driver) for its `postgres` DB."""
-    data, run = root / "pgdata", root / "pgrun"
-    run.mkdir(parents=True)
-    as_user: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres", "postgres")
-        shutil.chown(run, "postgres", "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    subprocess.run(
-        [*as_user, _bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
-        check=True,
-        capture_output=True,
-    )
-    port = free_port()  # the engines tests' helper
-    log = root / "postgres.log"
-    proc = subprocess.Popen(
-        [
-            *as_user,
-            _bin("postgres"),
-            "-D",
-            str(data),
-            "-p",
-            str(port),
-            "-h",
-            "127.0.0.1",
-            "-k",
-            str(run),
-            "-c",
-            "fsync=off",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=open(log, "wb"),  # noqa: SIM115 - the server owns it until it stops
-    )
-    try:
+class PostgresServer:
+    """A PostgreSQL server under ``root`` on a fixed port: :meth:`stop` and :meth:`start` again (a restart of
+    the database under running services keeps its data, its port and so its URL)."""
+
+    def __init__(self, root: Path) -> None:
+        self.data, self.run, self.log = root / "pgdata", root / "pgrun", root / "postgres.log"
+        self.run.mkdir(parents=True)
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:
+            shutil.chown(root, "postgres", "postgres")
+            shutil.chown(self.run, "postgres", "postgres")
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+        subprocess.run(
+            [*self.as_user, _bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+            check=True,
+            capture_output=True,
+        )
+        self.port = free_port()  # the engines tests' helper
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:  # the server keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [
+                    *self.as_user,
+                    _bin("postgres"),
+                    "-D",
+                    str(self.data),
+                    "-p",
+                    str(self.port),
+                    "-h",
+                    "127.0.0.1",
+                    "-k",
+                    str(self.run),
+                    "-c",
+                    "fsync=off",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         deadline = time.monotonic() + 30
         while True:
             # A session, not just a TCP connect: the server listens before it accepts sessions ("the database
             # system is starting up"), which made the first test after start-up fail now and then.
             try:
                 with psycopg.connect(
-                    host="127.0.0.1", port=port, user="postgres", dbname="postgres", connect_timeout=1
+                    host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", connect_timeout=1
                 ):
-                    break
+                    return
             except (OSError, psycopg.OperationalError):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"PostgreSQL did not start: {log.read_text()[-2000:]}") from None
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"PostgreSQL did not start: {self.log.read_text()[-2000:]}") from None
                 time.sleep(0.05)
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        # Fast shutdown: SIGINT to the postmaster itself, by the PID it wrote. As root ``proc`` is `runuser`,
-        # which does not pass the signal on (each module using the server then waited 20 s before the kill).
+
+    def stop(self) -> None:
+        """Fast shutdown (its sessions are ended): SIGINT to the postmaster itself, by the PID it wrote. As root
+        ``proc`` is `runuser`, which does not pass the signal on (each module using the server then waited
+        20 s before the kill)."""
+        if self.proc is None:
+            return
         try:
-            os.kill(int((data / "postmaster.pid").read_text().split()[0]), signal.SIGINT)
+            os.kill(int((self.data / "postmaster.pid").read_text().split()[0]), signal.SIGINT)
         except (OSError, ValueError, IndexError):
-            proc.send_signal(signal.SIGINT)
+            self.proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(timeout=20)
+            self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+
+@contextmanager
+def postgres_server(root: Path) -> Iterator[str]:
+    """Start PostgreSQL under ``root``; yield a SQLAlchemy URL (psycopg driver) for its `postgres` DB."""
+    server = PostgresServer(root)
+    try:
+        server.start()
+        yield server.url
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="module")

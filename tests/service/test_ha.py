@@ -11,9 +11,11 @@ replicas on loopback under a submission load (kill -9 of the leader, SIGSTOP pas
 from __future__ import annotations
 
 import contextlib
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -427,6 +429,58 @@ def test_two_replicas_kill9_sigstop_restart_under_load(pg_store: Store, tmp_path
         kinds = [e.type for e in pg_store.events(row.name, run=row.seq)]
         starts[row.seq] = kinds.count("scheduled") - kinds.count("preempted")
     assert set(starts.values()) <= {1}, "a job started twice (or never, though completed)"
+
+
+@pytest.mark.parametrize("names", [("a",), ("a", "b")], ids=["one-replica-leads-again", "leader-and-standby"])
+def test_a_database_restart_under_load_needs_no_restart_of_the_replicas(tmp_path: Path, names: tuple[str, ...]) -> None:
+    """PostgreSQL stopped (fast shutdown: its sessions ended) for longer than the lease under submissions to
+    every replica, then started again: the leader steps down, and afterwards one replica leads again (the one
+    that led before included: alone, it must), and no acknowledged job is lost or started twice."""
+    root = Path(tempfile.mkdtemp(prefix="rackscale-pg-"))  # as root the server runs as `postgres`: not tmp_path
+    server = postgres.PostgresServer(root)
+    replicas = [Replica(n, server.url, tmp_path) for n in names]
+    try:
+        server.start()
+        replicas[0].start()
+        replicas[0].wait_role("leader")
+        for r in replicas[1:]:
+            r.start()
+            r.wait_role("standby")
+        with Load(replicas) as load:
+            time.sleep(2.0)
+            server.stop()
+            time.sleep(LEASE_S + 2.0)  # past the renew deadline and the lease: nobody leads
+            assert all(s is not None and s["role"] == "standby" for s in (r.leader() for r in replicas))
+            server.start()
+
+            def recovered() -> bool:
+                roles = [s["role"] if (s := r.leader()) is not None else None for r in replicas]
+                return roles.count("leader") == 1
+
+            wait_for(recovered, timeout=20, what="one leader again")
+            time.sleep(1.0)
+        acked = set(load.acked)
+        assert len(acked) > 20
+        store = Store(server.url)
+        try:
+            wait_for(
+                lambda: all((row := store.get(n)) is not None and row.status == "completed" for n in acked),
+                timeout=30,
+                what="every acknowledged job completed",
+            )
+            assert store.check() == []
+            for name in acked:
+                kinds = [e.type for e in store.events(name)]
+                assert kinds.count("scheduled") - kinds.count("preempted") == 1, f"{name} started twice: {kinds}"
+        finally:
+            store.close()
+    finally:
+        for r in replicas:
+            if r.proc is not None and r.proc.poll() is None:
+                r.proc.kill()
+                r.proc.wait(timeout=10)
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_ha_on_sqlite_is_refused_with_the_fix(tmp_path: Path) -> None:

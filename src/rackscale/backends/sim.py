@@ -35,6 +35,10 @@ class SimBackend:
         )
 
     def adopt(self, running: Mapping[str, RunningJobRecord], now: float) -> list[Exit]:
+        # What runs here already is stopped first (a replica that led before and leads again: the store says
+        # what runs now, as for a new process); adopting a job twice would put its traffic on the network twice.
+        for job in sorted(self._runs):
+            self.stop(job, now=now)
         for _, rec in sorted(running.items()):
             self._begin(rec.spec, rec.placement, rec.started)
         return self.poll(now)
