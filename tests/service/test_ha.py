@@ -435,7 +435,8 @@ def test_two_replicas_kill9_sigstop_restart_under_load(pg_store: Store, tmp_path
 def test_a_database_restart_under_load_needs_no_restart_of_the_replicas(tmp_path: Path, names: tuple[str, ...]) -> None:
     """PostgreSQL stopped (fast shutdown: its sessions ended) for longer than the lease under submissions to
     every replica, then started again: the leader steps down, and afterwards one replica leads again (the one
-    that led before included: alone, it must), and no acknowledged job is lost or started twice."""
+    that led before included: alone, it must), every replica takes work again (a standby's API refused it for
+    ever: nothing on a standby retried the store), and no acknowledged job is lost or started twice."""
     root = Path(tempfile.mkdtemp(prefix="rackscale-pg-"))  # as root the server runs as `postgres`: not tmp_path
     server = postgres.PostgresServer(root)
     replicas = [Replica(n, server.url, tmp_path) for n in names]
@@ -455,10 +456,13 @@ def test_a_database_restart_under_load_needs_no_restart_of_the_replicas(tmp_path
 
             def recovered() -> bool:
                 roles = [s["role"] if (s := r.leader()) is not None else None for r in replicas]
-                return roles.count("leader") == 1
+                ready = [httpx.get(f"{r.url}/readyz", timeout=2.0).status_code for r in replicas]
+                return roles.count("leader") == 1 and ready == [200] * len(replicas)
 
-            wait_for(recovered, timeout=20, what="one leader again")
+            wait_for(recovered, timeout=20, what="one leader again, every replica ready")
             time.sleep(1.0)
+        took = {r.name: httpx.post(f"{r.url}/v1/jobs", json=_doc(f"after-{r.name}")).status_code for r in replicas}
+        assert took == dict.fromkeys(names, 201)
         acked = set(load.acked)
         assert len(acked) > 20
         store = Store(server.url)

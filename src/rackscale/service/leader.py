@@ -159,6 +159,8 @@ class HighAvailability:
         elif self.role == Role.STANDBY and leads:
             self._promote()
         if self.role == Role.STANDBY:
+            if self.store.failing:  # a write failed here (a submission while the database was down): no
+                self.store.probe()  # runner steps on a standby to try again, so its API would refuse for ever
             self._follow()
         else:
             self.holder = self.elector.replica
@@ -195,6 +197,9 @@ class HighAvailability:
 
     def _demote(self, why: str) -> None:
         self.runner.halt()
+        # Its uncommitted changes are the next leader's to decide (take_over drops them): a standby's API
+        # must not refuse work because this runner's last commit failed.
+        self.runner.unhealthy = None
         self.elector.resign()  # nobody need wait for the expiry (a no-op once another took it)
         self.role, self.since = Role.STANDBY, time.time()
         log.error("%s stops leading: %s", self.elector.replica, why)
