@@ -436,7 +436,8 @@ def test_a_database_restart_under_load_needs_no_restart_of_the_replicas(tmp_path
     """PostgreSQL stopped (fast shutdown: its sessions ended) for longer than the lease under submissions to
     every replica, then started again: the leader steps down, and afterwards one replica leads again (the one
     that led before included: alone, it must), every replica takes work again (a standby's API refused it for
-    ever: nothing on a standby retried the store), and no acknowledged job is lost or started twice."""
+    ever: nothing on a standby retried the store), no acknowledged job is lost or started twice, and the outage
+    is told in a line when it begins and one when it ends, not a traceback a second."""
     root = Path(tempfile.mkdtemp(prefix="rackscale-pg-"))  # as root the server runs as `postgres`: not tmp_path
     server = postgres.PostgresServer(root)
     replicas = [Replica(n, server.url, tmp_path) for n in names]
@@ -485,6 +486,9 @@ def test_a_database_restart_under_load_needs_no_restart_of_the_replicas(tmp_path
                 r.proc.wait(timeout=10)
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+    logs = {r.name: r.log.read_text(errors="replace") for r in replicas}
+    assert {n: text.count("Traceback") for n, text in logs.items()} == dict.fromkeys(names, 0)
+    assert all(text.count("lease: cannot reach the database") == 1 for text in logs.values())
 
 
 def test_ha_on_sqlite_is_refused_with_the_fix(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from rackscale.service.live import LiveCluster
 from rackscale.service.mirror import Mirrored, build_mirror
 from rackscale.service.pickup import StorePickup
 from rackscale.service.runner import Runner
-from rackscale.service.store import Store
+from rackscale.service.store import Store, unavailable
 from rackscale.service.store.lease import read_lease, release, take_or_renew
 
 log = logging.getLogger("rackscale.service.leader")
@@ -63,6 +63,7 @@ class Elector:
         self._generation: int | None = None
         self._renewed_at = -float("inf")  # our clock when the last successful renewal was *sent*
         self.terms = 0  # times this replica took the lease
+        self.down: str | None = None  # why the last try failed (the database is down): logged once, not per try
 
     @property
     def generation(self) -> int | None:
@@ -80,8 +81,14 @@ class Elector:
                 self.engine, me=self.replica, generation=held, ttl_s=self.timing.lease_s, service_time=service_time
             )
         except Exception as e:  # the database is down or slow: the deadline decides, as for a Kubernetes Lease
-            log.warning("lease: %s: %s", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            if self.down is None:  # one line when it starts failing, one when it answers again: not one a try
+                log.warning("lease: cannot reach the database (tried again every %g s): %s", self.timing.renew_s, why)
+            self.down = why
             return self.acting()
+        if self.down is not None:
+            log.warning("lease: the database answers again")
+            self.down = None
         if got is None:
             self._generation = None
             return False
@@ -149,7 +156,10 @@ class HighAvailability:
             try:
                 self.tick()
             except Exception as e:  # a bug must not end the election: say it, go on (the deadline guards)
-                log.exception("leader election step failed: %s", e)
+                if (down := unavailable(e)) is not None:  # the database went away mid-step: a line, no traceback
+                    log.warning("leader election step: %s", down)
+                else:
+                    log.exception("leader election step failed: %s", e)
             self._stop.wait(self.elector.timing.renew_s)
 
     def tick(self) -> None:
@@ -159,6 +169,9 @@ class HighAvailability:
         elif self.role == Role.STANDBY and leads:
             self._promote()
         if self.role == Role.STANDBY:
+            if self.elector.down is not None:  # the database is down: nothing to follow (said once, above)
+                self.holder = None
+                return
             if self.store.failing:  # a write failed here (a submission while the database was down): no
                 self.store.probe()  # runner steps on a standby to try again, so its API would refuse for ever
             self._follow()
@@ -177,7 +190,10 @@ class HighAvailability:
             self.recovered = self.runner.take_over(live, ServiceClock(speed=self.speed, resume_from=resume))
             self.on_promote()
         except Exception as e:  # cannot lead (the store failed meanwhile): let another replica
-            log.exception("taking over failed (%s): giving the lease up", e)
+            if (down := unavailable(e)) is not None:
+                log.error("taking over failed (%s): giving the lease up", down)
+            else:
+                log.exception("taking over failed (%s): giving the lease up", e)
             self.runner.halt()
             self.elector.resign()
             return

@@ -35,7 +35,7 @@ from rackscale.service.live import CANCELLED, FAILED, PREEMPTED, RESIZED, SCHEDU
 from rackscale.service.load_signal import LiveAutoscaler
 from rackscale.service.pickup import Picked, StorePickup
 from rackscale.service.schedules_store import ScheduleKeeper, ScheduleOrder
-from rackscale.service.store import PENDING, RUNNING, JobRow, Store, StoreUnavailable
+from rackscale.service.store import PENDING, RUNNING, JobRow, Store, StoreUnavailable, unavailable
 from rackscale.service.store.lease import Fenced
 
 log = logging.getLogger("rackscale.service")
@@ -313,7 +313,10 @@ class Runner:
                 self.step()
             except Exception as e:  # a bug must not stop the cluster: say it, count it, go on
                 self.errors += 1
-                log.exception("runner step failed: %s", e)
+                if (down := unavailable(e)) is not None:  # a read of the store failed (its server went away)
+                    log.error("runner step: %s", down)
+                else:
+                    log.exception("runner step failed: %s", e)
             busy = max(time.thread_time() - began, self._cycle_seconds or 0.0)
             self._stop.wait(self.rest_after(busy))  # submissions batch up into one cycle meanwhile
 
