@@ -453,6 +453,7 @@ def test_a_database_restart_under_load_needs_no_restart_of_the_replicas(tmp_path
             server.stop()
             time.sleep(LEASE_S + 2.0)  # past the renew deadline and the lease: nobody leads
             assert all(s is not None and s["role"] == "standby" for s in (r.leader() for r in replicas))
+            reads = {r.name: httpx.get(f"{r.url}/v1/jobs", timeout=5.0).status_code for r in replicas}
             server.start()
 
             def recovered() -> bool:
@@ -462,6 +463,7 @@ def test_a_database_restart_under_load_needs_no_restart_of_the_replicas(tmp_path
 
             wait_for(recovered, timeout=20, what="one leader again, every replica ready")
             time.sleep(1.0)
+        assert reads == dict.fromkeys(names, 503)  # the cause and the fix, not a bare 500
         took = {r.name: httpx.post(f"{r.url}/v1/jobs", json=_doc(f"after-{r.name}")).status_code for r in replicas}
         assert took == dict.fromkeys(names, 201)
         acked = set(load.acked)

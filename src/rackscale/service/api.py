@@ -12,12 +12,15 @@ stored, and the service takes work again by itself once the store does.
 # dependency aliases below are local to create_app.
 import asyncio
 import json
+import logging
+import time
 from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive
 
@@ -34,7 +37,7 @@ from rackscale.service.job_list import job_page_json
 from rackscale.service.nodes_api import mount_nodes
 from rackscale.service.phase import ACTIVE, STATUSES
 from rackscale.service.schedules_api import mount_schedules
-from rackscale.service.store import DuplicateJob, JobRow, RejectedJob, Store, StoreUnavailable
+from rackscale.service.store import DuplicateJob, JobRow, RejectedJob, Store, StoreUnavailable, unavailable
 from rackscale.service.views import (
     ClusterOut,
     ErrorOut,
@@ -63,6 +66,8 @@ from rackscale.service.web import mount
 __all__ = ["DEFAULT_MAX_BODY", "RETRY_AFTER_S", "HttpProblem", "ServiceContext", "authenticate", "create_app"]
 
 RETRY_AFTER_S = "5"  # the Retry-After of a 503 (the store cannot write now; the service heals by itself)
+READ_LOG_EVERY_S = 30.0  # a store that cannot be read is logged at most this often
+log = logging.getLogger("rackscale.service")
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "missing or wrong bearer token"},
@@ -107,6 +112,21 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    read_failed = [-float("inf")]  # when a failed read was last logged (the outage is logged, not each request)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def _store_down(_req: Request, exc: SQLAlchemyError) -> JSONResponse:
+        """A read of the store failed for a fault of the store (PostgreSQL stopped or unreachable): 503 with
+        the cause and the fix, as a write's, never a bare 500 and a traceback per request."""
+        down = unavailable(exc)
+        if down is None:
+            raise exc  # a bug: the server's 500, with its traceback
+        if time.monotonic() - read_failed[0] >= READ_LOG_EVERY_S:
+            read_failed[0] = time.monotonic()
+            log.error("a read of the store failed: %s", down.reason)
+        detail = f"the store cannot be read: {down.reason} (fix: {down.fix})"
+        return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": RETRY_AFTER_S})
 
     async def principal(authorization: Annotated[str | None, Header()] = None) -> Principal:
         return authenticate(ctx, authorization)  # async: a plain def would hop through the thread pool
