@@ -493,6 +493,36 @@ def test_a_database_restart_under_load_needs_no_restart_of_the_replicas(tmp_path
     assert all(text.count("lease: cannot reach the database") == 1 for text in logs.values())
 
 
+@pytest.mark.parametrize(
+    ("replica", "ok"),
+    [
+        ("rackscale-0", True),
+        ("ä-ü-日本", True),  # any printable text: the column is text
+        ("x" * 253, True),
+        ("", False),  # was the host name, silently
+        ("   ", False),
+        (" a", False),
+        ("a\nb leads at generation 9", False),  # a newline forged a log line of the election
+        ("a\tb", False),
+        ("x" * 254, False),
+    ],
+    ids=["plain", "non-ascii", "longest", "empty", "blank", "leading-blank", "newline", "tab", "too-long"],
+)
+def test_a_hostile_replica_id_is_refused_with_the_fix(pg_url: str, tmp_path: Path, replica: str, ok: bool) -> None:
+    from rackscale.service.app import ServiceConfig, ServiceConfigError, build_service
+
+    config = ServiceConfig(data_dir=tmp_path, no_auth=True, db_url=pg_url, replica_id=replica)
+    if not ok:
+        with pytest.raises(ServiceConfigError, match=r"--replica-id must be 1 to 253 printable characters"):
+            build_service(config, start=False)
+        return
+    service = build_service(config, start=False)
+    try:
+        assert service.ha is not None and service.ha.elector.replica == replica
+    finally:
+        service.close()
+
+
 def test_ha_on_sqlite_is_refused_with_the_fix(tmp_path: Path) -> None:
     from rackscale.service.app import ServiceConfig, ServiceConfigError, build_service
 

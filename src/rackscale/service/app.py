@@ -289,9 +289,15 @@ def _high_availability(
         raise ServiceConfigError(f"--lease-seconds must be between 1 and 600 (got {config.lease_seconds})")
     import socket
 
-    replica = config.replica_id or socket.gethostname()
-    if not replica or len(replica) > 253:
-        raise ServiceConfigError(f"--replica-id must be 1 to 253 characters (got {replica!r})")
+    # An explicit id is taken as given: an empty one is refused (it once became the host name silently, so
+    # two replicas on one host given an empty variable shared an id). Printable, without blanks at its ends:
+    # the id is in every log line about the election, and a newline in it forged such lines.
+    replica = socket.gethostname() if config.replica_id is None else config.replica_id
+    if not 1 <= len(replica) <= 253 or not replica.isprintable() or replica != replica.strip():
+        raise ServiceConfigError(
+            f"--replica-id must be 1 to 253 printable characters, without blanks at either end (got {replica[:80]!r}): "
+            "give each replica its own, e.g. the pod name"
+        )
     timing = LeaseTiming(lease_s=config.lease_seconds, renew_s=max(0.2, config.lease_seconds / 5))
     elector = Elector(store.engine, replica=replica, timing=timing)
     return HighAvailability(
