@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -491,6 +492,32 @@ def test_a_database_restart_under_load_needs_no_restart_of_the_replicas(tmp_path
     logs = {r.name: r.log.read_text(errors="replace") for r in replicas}
     assert {n: text.count("Traceback") for n, text in logs.items()} == dict.fromkeys(names, 0)
     assert all(text.count("lease: cannot reach the database") == 1 for text in logs.values())
+
+
+@pytest.mark.parametrize("server", ["refuses", "never-answers"])
+def test_a_replica_started_while_the_database_is_unreachable_says_so_in_one_line(tmp_path: Path, server: str) -> None:
+    """Nothing listening: refused at once. A server that accepts the connection and never answers (stopped,
+    a half-open path): the connect waited for ever, `serve` hung without a word; now connect_timeout."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    if server == "refuses":
+        listener.close()
+    else:
+        listener.listen(16)  # the kernel completes the handshake; nobody ever reads or answers
+    argv = [sys.executable, "-c", "from rackscale.cli.app import main; main()", "serve", "--no-auth", "--port", "0"]
+    argv += ["--data-dir", str(tmp_path), "--db-url", f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"]
+    try:
+        t0 = time.monotonic()
+        done = subprocess.run([*argv, "--replica-id", "a"], capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        listener.close()
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"error: cannot open the store at 127.0.0.1:{port}/postgres: ")
+    assert "(fix: check that the database server runs" in lines[0]
+    assert took < 30
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from rackscale.service.store.writer import StoreWriter
 
 log = logging.getLogger("rackscale.service")
 
+CONNECT_TIMEOUT_S = 10  # how long a connect to a database server may take (PostgreSQL's connect_timeout)
 _PROBE_KEY = "probe"
 _PROBE_VALUE = "p" * 8192  # more than a page: the probe needs pages that a full disk cannot give
 
@@ -53,11 +54,17 @@ class Store(StoreWriter, StoreReads):
         # with it. A leader frozen mid-commit (SIGSTOP, a paused VM) holds the share lock its fence took on
         # the lease row (store/lease.py); every standby's take of the lease would wait on it for as long as
         # the leader stays frozen. Our transactions run statement after statement: none idles for seconds.
-        bound = {}
+        # A server that accepts the connection but never answers (stopped, or a half-open path) made a connect
+        # wait for ever: at start-up `serve` hung without a word. libpq's connect_timeout bounds it (the
+        # URL's own ?connect_timeout= wins).
+        server: dict[str, Any] = {}
+        if url.startswith("postgresql") and "connect_timeout=" not in url:
+            server["connect_timeout"] = CONNECT_TIMEOUT_S
+        bound = dict(server)
         if idle_in_transaction_s is not None and url.startswith("postgresql"):
-            bound = {"options": f"-c idle_in_transaction_session_timeout={max(1, round(idle_in_transaction_s * 1000))}"}
+            bound["options"] = f"-c idle_in_transaction_session_timeout={max(1, round(idle_in_transaction_s * 1000))}"
         self.engine = create_engine(url, pool_pre_ping=not sqlite, connect_args=bound)
-        self.reader = create_engine(url, pool_pre_ping=not sqlite)
+        self.reader = create_engine(url, pool_pre_ping=not sqlite, connect_args=server)
         if self.engine.dialect.name == "sqlite":
             _sqlite_setup(self.engine, synchronous, immediate=True)
             _sqlite_setup(self.reader, synchronous, immediate=False)
