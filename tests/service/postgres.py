@@ -97,6 +97,24 @@ class PostgresServer:
                     raise AssertionError(f"PostgreSQL did not start: {self.log.read_text()[-2000:]}") from None
                 time.sleep(0.05)
 
+    def _processes(self) -> list[int]:
+        """The postmaster and its children (the sessions, the checkpointer, ...)."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True).stdout.split()
+        return [postmaster, *(int(c) for c in children)]
+
+    def freeze(self) -> None:
+        """SIGSTOP every process of the server: connections stay open and nothing answers (a hung or
+        partitioned database); :meth:`thaw` goes on."""
+        for pid in self._processes():
+            os.kill(pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        for pid in self._processes():
+            os.kill(pid, signal.SIGCONT)
+        if self.as_user and self.proc is not None:  # runuser stops itself when its child stops (as su does)
+            self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         """Fast shutdown (its sessions are ended): SIGINT to the postmaster itself, by the PID it wrote. As root
         ``proc`` is `runuser`, which does not pass the signal on (each module using the server then waited

@@ -494,6 +494,36 @@ def test_a_database_restart_under_load_needs_no_restart_of_the_replicas(tmp_path
     assert all(text.count("lease: cannot reach the database") == 1 for text in logs.values())
 
 
+def test_a_leader_cut_off_by_a_frozen_database_says_it_does_not_lead(tmp_path: Path) -> None:
+    """PostgreSQL frozen (every process SIGSTOPped: its sessions stay open, nothing answers): the leader's
+    election statement waits, and past its renew deadline it acts no more; `/v1/leader` and
+    `rackscale_leader` must say so, not `leader` for as long as the statement hangs. Once the database
+    answers again it leads again."""
+    root = Path(tempfile.mkdtemp(prefix="rackscale-pg-"))  # as root the server runs as `postgres`: not tmp_path
+    server = postgres.PostgresServer(root)
+    a = Replica("a", server.url, tmp_path)
+    try:
+        server.start()
+        a.start()
+        a.wait_role("leader")
+        server.freeze()
+        try:
+            time.sleep(LEASE_S)  # past the renew deadline (2/3 of the lease)
+            shown = a.leader()
+            metrics = httpx.get(f"{a.url}/metrics", timeout=5.0).text
+        finally:
+            server.thaw()
+        assert shown is not None and shown["role"] == "standby", shown
+        assert 'rackscale_leader{replica="a"} 0.0' in metrics
+        a.wait_role("leader", timeout=30)
+    finally:
+        if a.proc is not None and a.proc.poll() is None:
+            a.proc.kill()
+            a.proc.wait(timeout=10)
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.mark.parametrize("server", ["refuses", "never-answers"])
 def test_a_replica_started_while_the_database_is_unreachable_says_so_in_one_line(tmp_path: Path, server: str) -> None:
     """Nothing listening: refused at once. A server that accepts the connection and never answers (stopped,

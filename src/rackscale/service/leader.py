@@ -257,10 +257,17 @@ class HighAvailability:
         finally:
             self._mirroring = False
 
+    @property
+    def shown_role(self) -> Role:
+        """The role as told (``/v1/leader``, ``rackscale_leader``): a leader past its renew deadline acts no
+        more, though its election tick may still be waiting on a statement (a frozen or partitioned
+        database), so it says standby."""
+        return Role.LEADER if self.role == Role.LEADER and self.elector.acting() else Role.STANDBY
+
     def status(self) -> dict[str, object]:
         return {
             "replica": self.elector.replica,
-            "role": self.role.value,
+            "role": self.shown_role.value,
             "holder": self.holder,
             "generation": self.elector.generation,
             "leaseSeconds": self.elector.timing.lease_s,
@@ -281,7 +288,7 @@ class LeaderCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         leading = GaugeMetricFamily("rackscale_leader", "1 if this replica leads, 0 if a standby.", labels=["replica"])
-        leading.add_metric([self.ha.elector.replica], 1.0 if self.ha.role == Role.LEADER else 0.0)
+        leading.add_metric([self.ha.elector.replica], 1.0 if self.ha.shown_role == Role.LEADER else 0.0)
         yield leading
         gen = self.ha.elector.generation
         yield GaugeMetricFamily(
