@@ -250,3 +250,23 @@ def test_ray_missing_is_one_line_naming_the_extra(tmp_path: Path, monkeypatch: p
     r = runner.invoke(app, ["sweep", "-f", str(f), "--out", str(tmp_path / "o"), "--ray", "auto"])
     assert r.exit_code == 2 and "Traceback" not in r.output
     assert r.stderr.strip() == "error: Ray is not installed: pip install 'rackscale[sweep]' (ray[default] and pyarrow)"
+
+
+def test_the_table_shows_each_groups_means_over_the_seeds(tmp_path: Path) -> None:
+    """-o table: per group of cells (policy and the options set, seeds pooled) the KPIs' means and 95 %
+    intervals, as -o json's ``groups`` has them; before, the table gave only the counts."""
+    grid = {"policy": ["rackscale", "first-fit"], "seed": [0, 1]}
+    f = tmp_path / "sweep.yaml"
+    f.write_text(yaml.safe_dump(doc(grid=grid, compare={"kpis": ["mean_jct_s", "idle_rate"]})))
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["sweep", "-f", str(f), "--out", str(out), "--workers", "1"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0, r.output
+    groups = json.loads((out / "summary.json").read_text())["groups"]
+    rows = [line for line in r.stdout.splitlines() if "policy=" in line]
+    assert len(rows) == 2 and any("policy=rackscale" in x for x in rows) and any("policy=first-fit" in x for x in rows)
+    for g in groups:
+        row = next(x for x in rows if f"policy={g['options'].get('policy', 'rackscale')}," in x)
+        jct, idle = g["mean_jct_s"], g["idle_rate"]
+        assert f"{jct['mean']:,.0f} ± {jct['ci95']:,.0f}" in row, row
+        assert f"{100 * idle['mean']:.1f} % ± {100 * idle['ci95']:.1f} %" in row, row
+        assert re.search(r"│\s+2\s+│", row), row  # two seeds

@@ -122,12 +122,49 @@ def _finish(spec: Any, options: list[Any], folder: Path, *, stats: Any, skipped:
     return summary
 
 
+_SHARES = ("_rate", "_share", "_attainment", "_ratio", "allocation")
+
+
+def _kpi_text(kpi: str, stat: Any) -> str:
+    """``mean ± half-width`` (the seeds' 95 % interval; the mean alone for one seed), in the KPI's unit."""
+    if not isinstance(stat, dict) or stat.get("mean") is None:
+        return "-"
+    mean, ci = float(stat["mean"]), stat.get("ci95")
+    share = kpi.endswith(_SHARES) or kpi.startswith("allocation")
+
+    def one(x: float) -> str:
+        return f"{100 * x:.1f} %" if share else f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+    return one(mean) + (f" ± {one(float(ci))}" if ci is not None else "")
+
+
+def _groups_table(groups: list[dict[str, Any]]) -> Any:
+    """Each group of cells (the options but the seed) with its KPIs' means over the seeds."""
+    from rich.table import Table
+
+    kpis = [k for k in groups[0] if k not in ("options", "seeds")]
+    table = Table(title="means over the seeds, ± the 95 % interval")
+    table.add_column("cells (options set)")
+    table.add_column("seeds", justify="right")
+    for kpi in kpis:
+        table.add_column(kpi, justify="right")
+    from rackscale.sweep.spec import CellOptions
+
+    policy = CellOptions.model_fields["policy"].default  # a group at the default policy says which it is
+    for g in groups:
+        where = ", ".join(f"{k}={v}" for k, v in {"policy": policy, **g["options"]}.items())
+        table.add_row(printable(where), str(len(g["seeds"])), *(_kpi_text(k, g.get(k)) for k in kpis))
+    return table
+
+
 def _print(summary: dict[str, Any]) -> None:
     head = (
         f"sweep {summary['name']}: {summary['cells']} cells, {summary['run']} run, {summary['skipped']} skipped, "
         f"{summary['done']} done, {summary['failed']} failed ({summary['wall_s']:.1f} s)"
     )
     console.print(Text(printable(head)), highlight=False)
+    if summary["groups"]:
+        console.print(_groups_table(summary["groups"]))
     for c in summary["comparisons"]:
         where = ", ".join(f"{k}={v}" for k, v in c["options"].items())
         console.print(Text(printable(c["text"] + (f"  [{where}]" if where else ""))), highlight=False)
