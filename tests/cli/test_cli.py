@@ -49,7 +49,7 @@ def test_simulate_reads_a_trace_and_writes_a_report(tmp_path: Path) -> None:
         pytest.param(["simulate", "--racks", "2", "--cluster", "x.yaml"], "either --cluster or --racks", id="both"),
         pytest.param(["schedule", "-f", "/no/such/file.yaml"], "file not found", id="missing-file"),
         pytest.param(["compare-arch", "--racks", "1", "--node-gpus", "5"], "must divide", id="bad-node-size"),
-        pytest.param(["simulate", "--racks", "1", "--tenant-map", "x"], "not OLD=NEW", id="bad-tenant-map"),
+        pytest.param(["simulate", "--trace", "philly:x.csv", "--tenant-map", "x"], "not OLD=NEW", id="bad-tenant-map"),
     ],
 )
 def test_bad_input_is_a_clear_error_not_a_traceback(args: list[str], says: str) -> None:

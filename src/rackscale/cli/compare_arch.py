@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rackscale.cli.common import given_options
 from rackscale.cli.output import OutputFormat, chosen_format, emit, fail
 from rackscale.cli.perf_args import (
     MODE_HELP,
@@ -106,17 +107,6 @@ def _priced(system: System, price: float | None) -> System:
     return system if price is None else replace(system, price_per_gpu_hour=price)
 
 
-def _given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
-    """The options among ``names`` that the command line gave (not their defaults), as typed (``--isl``).
-    By the source's name: typer ships its own copy of click, whose ``ParameterSource`` is not click's."""
-    given = []
-    for p in ctx.command.params:
-        source = ctx.get_parameter_source(p.name) if p.name in names else None
-        if source is not None and source.name == "COMMANDLINE":
-            given.append("/".join([p.opts[0], *p.secondary_opts]))  # --model; --mtp/--no-mtp
-    return given
-
-
 def compare_arch(
     ctx: typer.Context,
     model: Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP)] = "deepseek-r1",
@@ -182,9 +172,9 @@ def compare_arch(
     if simulating:
         from rackscale.cli.compare_sim import simulate_arch
 
-        model_only = _given(ctx, MODEL_ONLY)
+        model_only = given_options(ctx, MODEL_ONLY)
         if model_only:
-            why = _given(ctx, SIM_ONLY)[0]
+            why = given_options(ctx, SIM_ONLY)[0]
             fail(
                 f"{model_only[0]} means nothing to --simulate's scheduling KPIs, which {why} asks for (it is the "
                 f"performance model's): drop {model_only[0]}, or drop {why}"

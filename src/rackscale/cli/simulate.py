@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from rackscale.cli.common import given_options
 from rackscale.cli.output import OutputFormat, chosen_format, console, emit, err_console, fail, printable
 from rackscale.host.runs import Estimates
 from rackscale.sim.summary import (
@@ -64,7 +65,21 @@ LABEL_MIN = 14  # the narrowest the KPI column gets before the table gives way t
 MARK_STYLES = {"met": "green", "best": "green", "missed": "red", "worse": "red", "same": "dim"}
 
 
+SYNTHETIC_ONLY = ("n_jobs", "elastic_share")  # the embedded mix's knobs: a trace or job file has its own jobs
+TRACE_ONLY = ("gpu_scale", "strict", "tenant_map")  # a trace's: the synthetic mix has no rows to scale or skip
+
+
+def _check_workload_options(ctx: typer.Context, *, trace: bool, jobs_file: bool) -> None:
+    """An option the chosen workload ignores is one line, not dropped without a word (``--n-jobs`` with a
+    trace ran the trace and said nothing of the jobs asked for)."""
+    if (trace or jobs_file) and (ignored := given_options(ctx, SYNTHETIC_ONLY)):
+        fail(f"{ignored[0]} is for the embedded synthetic mix; --trace and --jobs bring their own jobs: drop it")
+    if not trace and (ignored := given_options(ctx, TRACE_ONLY)):
+        fail(f"{ignored[0]} is for a --trace, which is not given: drop it, or give --trace")
+
+
 def simulate(
+    ctx: typer.Context,
     cluster_file: Path | None = typer.Option(None, "--cluster", help="Cluster spec (YAML). Default: NVL72 racks."),
     racks: int | None = typer.Option(None, "--racks", help="Racks of the default NVL72 cluster (default 4)."),
     trace: str | None = typer.Option(
@@ -149,6 +164,7 @@ def simulate(
         if p not in PROFILES:
             fail(f"unknown policy {p!r}; choose one of: {', '.join(PROFILES)}")
     output = chosen_format(output, as_json)  # (before the runs: a conflict is said at once)
+    _check_workload_options(ctx, trace=trace is not None, jobs_file=jobs_file is not None)
     # The flags as one cell's options, built by the sweep's builder: a sweep cell is this command's run by
     # construction. Not validated as a sweep document is: its bounds are a document's, simulate has its own
     # (typer's min/max; the builder checks the rest), e.g. a negative --seed runs here as it always has.
