@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from rackscale.cli.app import app
 from rackscale.cli.simulate import KPI_ROWS
-from rackscale.sim.summary import fmt_kpi, label
+from rackscale.sim.summary import Timeline, fmt_kpi, label
 
 runner = CliRunner()
 SMALL = ("simulate", "--racks", "2", "--n-jobs", "100")  # about a second a policy; the policies differ
@@ -175,3 +175,19 @@ def test_compare_arch_racks_0_is_the_same_one_line_error_as_simulate() -> None:
         assert result.exit_code == 2
         errors.append(result.output.strip())
     assert errors[0] == errors[1] == "error: --racks must be at least 1 (got 0)"
+
+
+@pytest.mark.parametrize(("left", "says"), [(1, "1 job ended"), (42, "42 jobs ended")], ids=["one", "many"])
+def test_the_tail_counts_its_jobs_in_words(left: int, says: str) -> None:
+    t = Timeline(
+        arrivals_span_s=3600.0,
+        makespans={"rackscale": 86_400.0},
+        policy="rackscale",
+        left=left,
+        big=0,
+        biggest_gpus=0,
+        tail_s=82_800.0,
+        tail_running=None,
+        tail_allocated=None,
+    )
+    assert f"the tail (rackscale): {says} after the last arrival" in t.text()

@@ -368,7 +368,7 @@ class Timeline:
             last = f"the last job ended after {each}"
         if not self.has_tail:
             return f"{arrivals}; {last}"
-        tail = f"the tail ({self.policy}): {self.left:,} jobs ended after the last arrival"
+        tail = f"the tail ({self.policy}): {plural(self.left, 'job')} ended after the last arrival"
         if self.big:
             gangs = "gang" if self.big == 1 else "gangs"
             tail += (
