@@ -122,6 +122,14 @@ class LocalBackend(LocalFiles):
 
     # ------------------------------------------------------------------ the Backend protocol
     def adopt(self, running: Mapping[str, RunningJobRecord], now: float) -> list[Exit]:
+        # A replica that led before and leads again (docs/high-availability.md) adopts from the files, as a new
+        # process does: what it watched, and the failed starts it had not reported, are forgotten first (kept,
+        # a job that ended while it stood by was reported twice, and one the store does not call running was
+        # stopped and then reported as an exit). Stops under way go on (not signalled a second time below).
+        self._runs.clear()
+        self._pending.clear()
+        self._warned.clear()
+        stopping = {s.pid for s in self._stopping}
         exits: list[Exit] = []
         for job, rec in sorted(running.items()):
             if not _SAFE_NAME.match(job):
@@ -149,6 +157,8 @@ class LocalBackend(LocalFiles):
             if job in running:
                 continue
             pid = read_int_file(path)
+            if pid and pid[0] in stopping:
+                continue  # stopped before: its stop goes on (and removes its files)
             if pid and is_our_wrapper(pid[0], self.exit_path(job)):
                 log.info("adopt: stopping %s (pid %d), which the store does not call running", job, pid[0])
                 self._terminate(job, pid[0])
