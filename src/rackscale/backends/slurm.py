@@ -306,6 +306,13 @@ class SlurmBackend:
             jobs = self.slurm.jobs()
         except SlurmError as e:
             raise SlurmBackendError(f"cannot read Slurm's jobs to adopt them: {e}") from e
+        # A replica that led before and leads again (docs/high-availability.md) adopts from the id files and
+        # Slurm, as a new process does: what it watched and the failed sbatches it had not reported are
+        # forgotten first (kept, a job that ended while it stood by was reported twice, a failed sbatch too,
+        # and a job the store no longer calls running was neither cancelled as a stray nor stopped being
+        # watched). The ids it cancelled stay cancelled.
+        self._jobs.clear()
+        self._pending.clear()
         exits: list[Exit] = []
         for job, rec in running.items():
             job_id = self._read_id(job)
