@@ -301,6 +301,15 @@ BAD_JOBS = [
     (with_(K8S, "apiVersion", "v1"), "apiVersion", "'rackscale.io/v1'", ""),
     (with_(K8S, "metadata", ...), "metadata", "missing", ""),
     ("train", "", "expected a job document", "kind: training"),
+    # a text over its length: one problem with its length and a fix, not pydantic's bare sentence
+    (
+        flat(priorityClassName="x" * 300),
+        "priorityClassName",
+        "is 300 characters long, needs at most 253",
+        "shorten it to at most 253 characters",
+    ),
+    (flat(name="x" * 300), "name", "is 300 characters long, needs at most 253", "shorten it"),
+    (flat(queue="q" * 254), "queue", "is 254 characters long, needs at most 253", "shorten it"),
 ]
 BAD_JOB_IDS = [
     "gpus-not-multiple", "gpus-zero", "gpus-missing", "replicas-on-training", "gpus-on-inference",
@@ -310,6 +319,7 @@ BAD_JOB_IDS = [
     "topology-level", "compute-zero", "bool-string", "checkpoint-on-preempt-string",
     "submit-negative", "name-null", "typo", "k8s-multiple",
     "k8s-name-in-spec", "k8s-apiVersion", "k8s-metadata-missing", "not-a-mapping",
+    "priorityClassName-too-long", "name-too-long", "queue-too-long",
 ]  # fmt: skip
 
 

@@ -174,9 +174,11 @@ def _convert(err: ErrorDetails, root: type[BaseModel]) -> SpecProblem:
         return SpecProblem(loc, f"must be a finite number, got {got}", f"give a plain number{_example(root, loc)}")
     if kind == "string_too_short":
         return SpecProblem(loc, "must not be empty", f"give a value{_example(root, loc)}")
-    if kind in ("too_short", "too_long"):
+    if kind in ("too_short", "too_long", "string_too_long"):  # a text's own max_length: string_too_long
         info = _field(root, loc)
         n, limit = ctx.get("actual_length"), ctx.get("min_length", ctx.get("max_length"))
+        if n is None and isinstance(err.get("input"), str):  # string_too_long gives no actual_length
+            n = len(err["input"])
         rule = f"at least {limit}" if kind == "too_short" else f"at most {limit}"
         if isinstance(err.get("input"), str):  # a length bound on a text field (not a list): characters
             return SpecProblem(loc, f"is {n} characters long, needs {rule}", f"shorten it to {rule} characters")
