@@ -213,6 +213,10 @@ LOST_WORK = {
     "b-started-later": (dict(started_at=0), dict(started_at=800), "b"),
     "a-checkpointed-recently": (dict(checkpointed_at=940), dict(checkpointed_at=100), "a"),
     "b-checkpointed-recently": (dict(checkpointed_at=10), dict(checkpointed_at=900), "b"),
+    # extreme intervals a spec accepts (> 0, finite): a subnormal one overflowed elapsed / interval to inf
+    "a-checkpoints-every-instant": (dict(checkpoint_interval_s=1e-320), dict(checkpoint_interval_s=100), "a"),
+    "b-checkpoints-every-instant": (dict(checkpoint_interval_s=1000), dict(checkpoint_interval_s=5e-324), "b"),
+    "a-never-checkpoints-by-1e308": (dict(checkpoint_interval_s=1e308), dict(checkpoint_interval_s=100), "b"),
 }
 
 

@@ -9,7 +9,6 @@ so nobody is preempted for nothing.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from rackscale.model.running import RunningJob
@@ -25,7 +24,9 @@ def last_checkpoint(rj: RunningJob, now: float) -> float:
     ckpt = rj.checkpointed_at if rj.checkpointed_at is not None else rj.started_at
     interval = rj.spec.checkpoint_interval_s
     if interval:
-        periodic = rj.started_at + math.floor((now - rj.started_at) / interval) * interval
+        # A remainder, not floor(elapsed / interval) * interval: a tiny interval the spec allows (> 0, e.g.
+        # 1e-320) makes that quotient overflow to inf, and floor(inf) raises in the middle of a cycle.
+        periodic = now - (now - rj.started_at) % interval
         ckpt = max(ckpt, periodic)
     return ckpt
 
