@@ -81,6 +81,31 @@ def test_schedule_prints_where_each_job_goes_or_why_not(tmp_path: Path) -> None:
     assert rows["huge"]["status"] == "UnschedulableAndUnresolvable" and "largest rack" in rows["huge"]["reason"]
 
 
+UNRUNNABLE_LLM = {
+    # as POST /v1/jobs refuses them (422): a model the cluster's GPUs cannot hold is bad input, not "Placed"
+    "405b-on-one-gpu": ("name: big\nkind: training\ngpus: 1\nllm: {model: llama-3.1-405b}\n", "job 'big': llm.model"),
+    "8b-at-a-million-tokens": (
+        "name: long\nkind: training\ngpus: 8\nllm: {model: llama-3.1-8b, seqLen: 1048576}\n",
+        "job 'long': llm.model",
+    ),
+    "405b-replica-on-one-gpu": (
+        "name: ok\nkind: training\ngpus: 8\n---\nname: svc\nkind: inference\nllm: {model: llama-3.1-405b}\n",
+        "job 'svc': llm.model",
+    ),
+}
+
+
+@pytest.mark.parametrize(("text", "words"), list(UNRUNNABLE_LLM.values()), ids=list(UNRUNNABLE_LLM))
+def test_schedule_refuses_an_llm_job_the_cluster_cannot_hold(tmp_path: Path, text: str, words: str) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(text)
+    result = runner.invoke(app, ["schedule", "-f", str(jobs), "--racks", "2"])
+    out = result.output  # stdout and stderr
+    assert result.exit_code == 2, out
+    assert "Traceback" not in out and "Placed" not in out
+    assert f"{jobs}: {words}" in out and "does not" in out
+
+
 def test_bench_simulate_runs_one_scenario_in_process() -> None:
     from rackscale.bench.simulate import run_one
 

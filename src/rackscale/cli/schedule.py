@@ -32,8 +32,9 @@ def schedule(
       {profiles}
 
     Exit codes: 0 every job placed; 1 some job waits or cannot run (its reason is in the table);
-    2 bad input (options, spec files).
+    2 bad input (options, spec files, an LLM job whose model the cluster cannot hold).
     """
+    from rackscale.llm.jobs import LlmJobError, check_job
     from rackscale.loaders import load_jobs
     from rackscale.model.specs import SpecError
     from rackscale.model.state import ClusterState
@@ -47,6 +48,16 @@ def schedule(
         fail(str(err))
     if not jobs:
         fail(f"{jobs_file}: no job found in the file (fix: write a job, e.g. name: train-1, kind: training, gpus: 8)")
+    # As `POST /v1/jobs` and the simulator do: an LLM job whose model this cluster cannot hold (405B on one
+    # GPU) is refused, not shown as placed.
+    unrunnable: list[str] = []
+    for job in jobs:
+        try:
+            check_job(cluster, job)
+        except LlmJobError as err:
+            unrunnable.append(f"{jobs_file}: {err}")
+    if unrunnable:
+        fail("\n".join(unrunnable))
     state = ClusterState(cluster)
     d = ResourceScheduler(profile=policy).schedule(state, jobs, 0.0)
     rows: list[dict[str, object]] = []
