@@ -9,6 +9,7 @@ so nobody is preempted for nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from rackscale.model.running import RunningJob
@@ -24,9 +25,11 @@ def last_checkpoint(rj: RunningJob, now: float) -> float:
     ckpt = rj.checkpointed_at if rj.checkpointed_at is not None else rj.started_at
     interval = rj.spec.checkpoint_interval_s
     if interval:
-        # A remainder, not floor(elapsed / interval) * interval: a tiny interval the spec allows (> 0, e.g.
-        # 1e-320) makes that quotient overflow to inf, and floor(inf) raises in the middle of a cycle.
-        periodic = now - (now - rj.started_at) % interval
+        elapsed = now - rj.started_at
+        steps = elapsed / interval
+        # (A tiny interval the spec allows, > 0 as 1e-320, overflows the quotient, and floor(inf) raises in the
+        # middle of a cycle: then the remainder. Otherwise the quotient, to the last bit as it always was.)
+        periodic = rj.started_at + math.floor(steps) * interval if math.isfinite(steps) else now - elapsed % interval
         ckpt = max(ckpt, periodic)
     return ckpt
 
