@@ -242,6 +242,7 @@ BAD_VALUES = [
     (["simulate", "--jobs", "x.yaml", "--elastic-share", "0.5"], "--elastic-share is for the embedded synthetic mix"),
     (["simulate", "--gpu-scale", "2"], "--gpu-scale is for a --trace, which is not given"),
     (["simulate", "--jobs", "x.yaml", "--tenant-map", "a=b"], "--tenant-map is for a --trace, which is not given"),
+    (["simulate", "--duration", "1e300"], "--duration must be at most 1000000 (got 1e300)"),
     (["validate"], "missing argument 'FILE...'"),
     (["validate", "--strict", "x.yaml"], "no such option: --strict"),
     (["cancel"], "missing argument 'NAME...'"),

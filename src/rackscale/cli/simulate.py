@@ -88,7 +88,11 @@ def simulate(
     jobs_file: Path | None = typer.Option(None, "--jobs", help="Job specs (YAML/JSON) instead of a trace."),
     n_jobs: int = typer.Option(600, "--n-jobs", min=1, help="Jobs in the synthetic mix."),
     duration_h: float | None = typer.Option(
-        None, "--duration", min=0.001, help="Hours of workload: the synthetic window (24 h) or a trace's first hours."
+        None,
+        "--duration",
+        min=0.001,
+        max=1e6,
+        help="Hours of workload: the synthetic window (24 h) or a trace's first hours.",
     ),
     arrival_scale: float = typer.Option(1.0, "--arrival-scale", min=0.001, help="Arrival-rate factor (2 = twice)."),
     gpu_scale: float = typer.Option(1.0, "--gpu-scale", min=0.001, help="GPU-count factor for trace jobs."),

@@ -137,6 +137,9 @@ def _example(root: type[BaseModel], loc: tuple[str | int, ...]) -> str:
 
 
 def _bound(value: Any) -> str:
+    """A rule's bound as a user would type it: ``315576000``, not ``3.15576e+08``; ``0.5`` as it is."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
