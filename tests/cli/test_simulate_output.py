@@ -179,15 +179,7 @@ def test_compare_arch_racks_0_is_the_same_one_line_error_as_simulate() -> None:
 
 @pytest.mark.parametrize(("left", "says"), [(1, "1 job ended"), (42, "42 jobs ended")], ids=["one", "many"])
 def test_the_tail_counts_its_jobs_in_words(left: int, says: str) -> None:
-    t = Timeline(
-        arrivals_span_s=3600.0,
-        makespans={"rackscale": 86_400.0},
-        policy="rackscale",
-        left=left,
-        big=0,
-        biggest_gpus=0,
-        tail_s=82_800.0,
-        tail_running=None,
-        tail_allocated=None,
-    )
+    # A day of tail after an hour of arrivals, no gang of half the cluster, no samples.
+    day: dict[str, Any] = {"arrivals_span_s": 3600.0, "makespans": {"rackscale": 86_400.0}, "tail_s": 82_800.0}
+    t = Timeline(policy="rackscale", left=left, big=0, biggest_gpus=0, tail_running=None, tail_allocated=None, **day)
     assert f"the tail (rackscale): {says} after the last arrival" in t.text()
