@@ -203,3 +203,23 @@ def test_kpis_without_their_kind_of_work_are_none() -> None:
     assert k["single_rack_share"] is None and k["intra_rack_traffic_share"] is None
     assert k["slo_attainment"] is None and k["inference_overloaded_share"] is None
     assert k["cost_per_million_tokens"] is None and k["inference_tokens_per_s"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kw", "reason"),
+    [
+        pytest.param({"duration_estimate_s": 1e308}, "the simulation horizon ended before the job did", id="endless"),
+        pytest.param({"submit_time": 1e308}, "never arrived before the horizon", id="arrives-never"),
+    ],
+)
+def test_a_job_past_the_default_horizon_ends_the_run_as_failed(kw: dict[str, float], reason: str) -> None:
+    """Ten years after the first arrival by default: a 1e308 s job (the spec allows any positive length) kept
+    the samples going for ever. Monthly samples here keep the test quick; the bound is the default's."""
+    from rackscale.sim.records import DEFAULT_HORIZON_S
+
+    assert SimConfig().horizon_s == DEFAULT_HORIZON_S == 10 * 365.25 * 86_400
+    cluster = GPUCluster.uniform(name="x", racks_per_region=1)
+    jobs = [training("short", 8, duration_estimate_s=100.0), training("long", 8, **kw)]  # type: ignore[arg-type]
+    r = Simulator(cluster, jobs, SimConfig(sample_every_s=30 * 86_400.0)).run()
+    assert r.jobs["short"].status.value == "completed"
+    assert r.jobs["long"].status.value == "failed" and r.jobs["long"].reason == reason

@@ -13,6 +13,8 @@ from rackscale.sim.faults import FaultConfig
 from rackscale.sim.maintenance import Window
 from rackscale.sim.schedules import DEFAULT_START_EPOCH
 
+DEFAULT_HORIZON_S = 315_576_000.0  # ten years of 365.25 days
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:
@@ -21,7 +23,10 @@ class SimConfig:
     faults: FaultConfig = field(default_factory=FaultConfig)
     sample_every_s: float = 900.0
     autoscale_every_s: float = 300.0
-    horizon_s: float | None = None  # stop here even if jobs remain (they end as failed: "horizon")
+    # Stop here even if jobs remain (they end as failed: "horizon"). Ten years after the first arrival by
+    # default: a job estimated at 1e308 s (in the simulator, its length) kept the 15-minute samples going
+    # for ever; every real workload ends long before (Philly spans months, the million 30 days).
+    horizon_s: float | None = DEFAULT_HORIZON_S
     record_series: bool = True
     # What the scheduler is told of durations (``host.Estimates``): the jobs' own, or history's predictions.
     estimates: str = "given"
