@@ -19,6 +19,7 @@ from rackscale.bench.placement import (
     run_benchmark,
 )
 from rackscale.cli.output import fail
+from rackscale.model.specs import MAX_NVL72_RACKS
 from rackscale.scheduler import PROFILES
 
 app = typer.Typer(help="Benchmarks of the scheduling core: placement latency, throughput and memory at scale.")
@@ -105,8 +106,7 @@ def render(result: dict[str, Any], *, console: Console) -> None:
     console.print(f"machine: {m.get('cpu_model')} ({m.get('cpu_count')} CPUs), Python {m.get('python')}")
 
 
-# A cluster spec's bound (262,144 nodes) in NVL72 racks: past it the benchmark's cluster is never built.
-MAX_BENCH_GPUS = 14_563 * 72
+MAX_BENCH_GPUS = MAX_NVL72_RACKS * 72  # a cluster spec's bound: past it the benchmark's cluster is never built
 
 
 @app.command()

@@ -9,6 +9,7 @@ from typing import TypeVar
 import typer
 
 from rackscale.cli.output import fail
+from rackscale.model.specs import MAX_NVL72_RACKS
 from rackscale.model.topology import GPUCluster
 from rackscale.scheduler import PROFILES
 
@@ -34,11 +35,8 @@ def resolve_cluster(cluster_file: Path | None, racks: int | None) -> GPUCluster:
     n = DEFAULT_RACKS if racks is None else racks
     if n < 1:
         fail(f"--racks must be at least 1 (got {n})")
-    if n > 1_000:  # (the bound's module is read only for a large cluster)
-        from rackscale.sweep.spec import MAX_RACKS
-
-        if n > MAX_RACKS:  # a cluster spec's: past it the cluster is never built
-            fail(f"--racks must be at most {MAX_RACKS:,} (got {n:,})")
+    if n > MAX_NVL72_RACKS:  # a cluster spec's bound: past it the cluster is never built
+        fail(f"--racks must be at most {MAX_NVL72_RACKS:,} (got {n:,})")
     return GPUCluster.uniform(name=f"nvl72-x{n}", racks_per_region=n)
 
 

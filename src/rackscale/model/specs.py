@@ -62,6 +62,8 @@ __all__ = [
 
 # Building the model is linear in nodes; the cap keeps a typo (an extra zero or two) from eating memory.
 MAX_CLUSTER_NODES = 262_144
+# The same cap in the default cluster's NVL72 racks (18 nodes each): `--racks` and a sweep's `racks`.
+MAX_NVL72_RACKS = MAX_CLUSTER_NODES // d.SEED_NODES_PER_RACK
 
 # The `kind`s of cluster documents: the seed's resource and rackscale's own form.
 CLUSTER_KINDS = ("GpuCluster", "Cluster")

@@ -137,7 +137,7 @@ def _cluster(options: CellOptions, names: Names) -> GPUCluster:
     n = DEFAULT_RACKS if options.racks is None else options.racks  # simulate's default (cli/common.DEFAULT_RACKS)
     if n < 1:
         raise SweepError([f"{names.racks} must be at least 1 (got {n})"])
-    if n > MAX_RACKS:  # a cluster spec's racksPerRegion bound: past it the cluster is never built
+    if n > MAX_RACKS:  # a cluster spec's bound (its nodes): past it the cluster is never built
         raise SweepError([f"{names.racks} must be at most {MAX_RACKS:,} (got {n:,})"])
     return GPUCluster.uniform(name=f"nvl72-x{n}", racks_per_region=n)
 

@@ -31,7 +31,7 @@ from rackscale.host.kpis import Kpis
 from rackscale.host.runs import Estimates
 from rackscale.model.errors import RackscaleError
 from rackscale.model.spec_errors import format_loc
-from rackscale.model.specs import MAX_CLUSTER_NODES
+from rackscale.model.specs import MAX_NVL72_RACKS
 from rackscale.sweep.perf_cells import PERF_OPTION_NAMES, PerfOptions
 
 API_VERSION = "rackscale.io/v1"
@@ -43,8 +43,7 @@ MAX_SYNTHETIC_JOBS = 10_000_000  # jobs' own bound: arrival_scale multiplies it 
 MAX_TEXT = 4096  # a path (PATH_MAX) or a window: a longer value is a paste gone wrong, copied into every record
 MAX_ITEMS = 1000  # maintenance windows, schedule files, tenant_map entries
 Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
-# A cluster spec's bound (``model/specs.MAX_CLUSTER_NODES``) in NVL72 racks of 18 nodes: 14,563 racks, 1,048,536 GPUs.
-MAX_RACKS = MAX_CLUSTER_NODES // 18
+MAX_RACKS = MAX_NVL72_RACKS  # a cluster spec's bound in NVL72 racks: 14,563 racks, 1,048,536 GPUs
 DEFAULT_RACKS = 4  # racks of the NVL72 cluster when neither cluster nor racks is given (simulate's default)
 DEFAULT_KPIS = ("mean_jct_s", "idle_rate", "slo_attainment", "intra_rack_traffic_share")
 
