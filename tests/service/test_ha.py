@@ -35,7 +35,7 @@ from rackscale.host.scaling_docs import parse_schedule
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.workload import JobSpec
 from rackscale.service.holds_store import encode_hold, hold_key
-from rackscale.service.leader import Elector, HighAvailability, LeaseTiming, Role
+from rackscale.service.leader import Elector, HighAvailability, LeaderCollector, LeaseTiming, Role
 from rackscale.service.live import SCHEDULED, Change, LiveCluster
 from rackscale.service.pickup import StorePickup
 from rackscale.service.runner import Runner
@@ -280,6 +280,44 @@ def test_a_standby_shows_the_leaders_committed_state_not_an_empty_model(pg_store
     ha._epoch += 1  # what _promote does first
     ha._build_mirror(stale)
     assert standby.live is before
+
+
+@pytest.mark.parametrize(
+    ("holder", "renews", "duplicate"),
+    [("a", True, True), ("a", False, False), ("b", True, False)],
+    ids=["a-twin-renews-under-our-id", "a-killed-predecessors-lease-runs-out", "another-id-leads"],
+)
+def test_a_standby_tells_a_twin_with_its_replica_id_from_its_own_past_lease(
+    pg_store: Store, caplog: pytest.LogCaptureFixture, holder: str, renews: bool, duplicate: bool
+) -> None:
+    """Two replicas started with one id: the other one's lease looks like this one's own. A lease under our
+    id that is renewed while this process does not hold it is a twin; one that only runs out is what this
+    process's killed predecessor left (a restart within the lease), and says nothing."""
+    other = elector(pg_store, holder, Mono(), lease_s=30.0)
+    assert other.tick(service_time=0.0)
+    cluster = small_cluster(1)
+    runner = Runner(LiveCluster(cluster), pg_store, Recording(cluster), HandClock(), interval_s=0.01)  # type: ignore[arg-type]
+    ha = HighAvailability(
+        store=pg_store,
+        runner=runner,
+        elector=elector(pg_store, "a", Mono(), lease_s=30.0),
+        speed=1.0,
+        new_live=lambda: LiveCluster(cluster),
+    )
+    with caplog.at_level("ERROR", logger="rackscale.service.leader"):
+        for _ in range(3):
+            ha.tick()
+            assert ha.role is Role.STANDBY  # a live lease, whoever holds it, is never taken
+            time.sleep(0.01)
+            if renews:
+                assert other.tick(service_time=0.0)
+    assert ha.duplicate_id is duplicate
+    assert ha.status()["duplicateReplicaId"] is duplicate
+    gauge = {m.name: m.samples[0].value for m in LeaderCollector(ha).collect()}
+    assert gauge["rackscale_leader_duplicate_replica_id"] == (1.0 if duplicate else 0.0)
+    told = [r.getMessage() for r in caplog.records if "--replica-id" in r.getMessage()]
+    assert len(told) == (1 if duplicate else 0), told  # once, not at every tick
+    wait_for(lambda: not ha._mirroring, what="the standby's picture")
 
 
 def _schedule(cron: str) -> ScalingSchedule:

@@ -29,7 +29,7 @@ from rackscale.service.mirror import Mirrored, build_mirror
 from rackscale.service.pickup import StorePickup
 from rackscale.service.runner import Runner
 from rackscale.service.store import Store, unavailable
-from rackscale.service.store.lease import read_lease, release, take_or_renew
+from rackscale.service.store.lease import LeaseRecord, read_lease, release, take_or_renew
 
 log = logging.getLogger("rackscale.service.leader")
 MIRROR_EVERY_S = 5.0  # how often a standby rebuilds its picture of the cluster from the store
@@ -136,6 +136,11 @@ class HighAvailability:
         self._epoch = 0  # moved (under the runner's lock) when this replica starts leading: no swap after it
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Another live replica started with this one's --replica-id: it renews a lease under our id that this
+        # process does not hold. Seen when the renewal time of such a lease moves between two reads (a
+        # predecessor of this process, killed, left one that only runs out).
+        self.duplicate_id = False
+        self._own_id_renewed: float | None = None  # renewed_at of a lease under our id that we do not hold
         runner.guard, runner.leading = elector, False
 
     def start(self) -> None:
@@ -224,12 +229,31 @@ class HighAvailability:
         """A standby: who leads, and the leader's service clock (a submission here is stamped on it)."""
         rec = read_lease(self.store.engine)
         self.holder = rec.holder if rec is not None and rec.left_s > 0 and rec.holder else None
+        self._check_duplicate_id(rec)
         if rec is None or rec.service_time is None or self.holder is None:
             return
         leader_now = rec.service_time + (self.elector.timing.lease_s - rec.left_s) * self.speed
         if abs(self.runner.clock.now() - leader_now) > self.speed * 0.5:
             self.runner.clock = ServiceClock(speed=self.speed, resume_from=leader_now)
         self._mirror()
+
+    def _check_duplicate_id(self, rec: LeaseRecord | None) -> None:
+        """A standby reading a live lease held under its own id, renewed since it last looked: another
+        replica runs with the same ``--replica-id``. Safe (a takeover still moves the generation, which
+        fences), but each one's ``/v1/leader`` would show the other's lease as its own: say it, loudly."""
+        if rec is None or rec.holder != self.elector.replica or rec.left_s <= 0:
+            self._own_id_renewed, self.duplicate_id = None, False  # told again if it comes back
+            return
+        seen, self._own_id_renewed = self._own_id_renewed, rec.renewed_at
+        if seen is None or rec.renewed_at == seen or self.duplicate_id:
+            return
+        self.duplicate_id = True
+        log.error(
+            "another replica runs with this one's --replica-id %r (it renews the lease, generation %d, which "
+            "this process does not hold): give every replica its own id (e.g. the pod's name), then restart one",
+            self.elector.replica,
+            rec.generation,
+        )
 
     def _mirror(self) -> None:
         """Start a rebuild of the standby's picture from the store when one is due. On a thread of its own:
@@ -276,12 +300,14 @@ class HighAvailability:
             "refusedActions": self.runner.refused,
             "lastAction": self.runner.last_action,
             "fenced": self.runner.fenced,
+            "duplicateReplicaId": self.duplicate_id,
         }
 
 
 class LeaderCollector(Collector):
-    """``rackscale_leader{replica}`` (1 leading, 0 standby), ``rackscale_leader_generation``, and the backend
-    actions refused because the lease was no longer this replica's."""
+    """``rackscale_leader{replica}`` (1 leading, 0 standby), ``rackscale_leader_generation``,
+    ``rackscale_leader_duplicate_replica_id``, and the backend actions refused because the lease was no
+    longer this replica's."""
 
     def __init__(self, ha: HighAvailability) -> None:
         self.ha = ha
@@ -293,6 +319,11 @@ class LeaderCollector(Collector):
         gen = self.ha.elector.generation
         yield GaugeMetricFamily(
             "rackscale_leader_generation", "The lease generation this replica last held.", value=float(gen or 0)
+        )
+        yield GaugeMetricFamily(
+            "rackscale_leader_duplicate_replica_id",
+            "1 while another live replica renews the lease under this replica's --replica-id.",
+            value=1.0 if self.ha.duplicate_id else 0.0,
         )
         yield CounterMetricFamily(
             "rackscale_leader_refused_actions",

@@ -42,8 +42,8 @@ _TAKE = text(
     """
 )
 _READ = text(
-    "SELECT holder, generation, EXTRACT(EPOCH FROM (expires_at - now())) AS left_s, service_time "
-    "FROM leader_lease WHERE name = :name"
+    "SELECT holder, generation, EXTRACT(EPOCH FROM (expires_at - now())) AS left_s, service_time, "
+    "EXTRACT(EPOCH FROM renewed_at) AS renewed_at FROM leader_lease WHERE name = :name"
 )
 _RELEASE = text(
     "UPDATE leader_lease SET holder = '', expires_at = now() WHERE name = :name AND holder = :me AND generation = :gen"
@@ -69,6 +69,7 @@ class LeaseRecord:
     generation: int
     left_s: float
     service_time: float | None  # the leader's service clock at its last renewal (standbys follow it)
+    renewed_at: float  # the database's clock (epoch seconds) at the last take or renewal: moves while one renews
 
 
 def supports_lease(engine: Engine) -> bool:
@@ -92,12 +93,13 @@ def read_lease(engine: Engine, *, name: str = LEASE_NAME) -> LeaseRecord | None:
         row = c.execute(_READ, {"name": name}).first()
     if row is None:
         return None
-    holder, generation, left, service_time = row
+    holder, generation, left, service_time, renewed_at = row
     return LeaseRecord(
         holder=str(holder),
         generation=int(generation),
         left_s=float(left),
         service_time=None if service_time is None else float(service_time),
+        renewed_at=float(renewed_at),
     )
 
 
