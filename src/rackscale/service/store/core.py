@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, create_engine, delete, event, insert, select, update
+from sqlalchemy import and_, create_engine, delete, event, insert, make_url, select, update
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import Connection, Engine
 
@@ -31,6 +31,16 @@ from rackscale.service.store.writer import StoreWriter
 log = logging.getLogger("rackscale.service")
 
 CONNECT_TIMEOUT_S = 10  # how long a connect to a database server may take (PostgreSQL's connect_timeout)
+DEAD_PATH_S = 11  # about how long a statement waits on a server that no longer answers at the TCP level
+# libpq's connection parameters (https://www.postgresql.org/docs/current/libpq-connect.html)
+_POSTGRES_DEFAULTS: dict[str, int] = {
+    "connect_timeout": CONNECT_TIMEOUT_S,
+    "keepalives": 1,
+    "keepalives_idle": 5,  # seconds of silence before the first probe ...
+    "keepalives_interval": 2,  # ... then one every 2 s; after 3 unanswered the connection is dead: 5 + 3 x 2
+    "keepalives_count": 3,
+    "tcp_user_timeout": DEAD_PATH_S * 1000,  # ms: sent data unacknowledged this long ends the connection
+}
 _PROBE_KEY = "probe"
 _PROBE_VALUE = "p" * 8192  # more than a page: the probe needs pages that a full disk cannot give
 
@@ -55,11 +65,16 @@ class Store(StoreWriter, StoreReads):
         # the lease row (store/lease.py); every standby's take of the lease would wait on it for as long as
         # the leader stays frozen. Our transactions run statement after statement: none idles for seconds.
         # A server that accepts the connection but never answers (stopped, or a half-open path) made a connect
-        # wait for ever: at start-up `serve` hung without a word. libpq's connect_timeout bounds it (the
-        # URL's own ?connect_timeout= wins).
+        # wait for ever: at start-up `serve` hung without a word. libpq's connect_timeout bounds it.
+        # A statement on an open connection to a server that is gone (its host down, a network partition)
+        # waited for TCP to give up: hours when the request had been acknowledged (nothing to retransmit).
+        # Keepalives probe an idle wait, TCP_USER_TIMEOUT bounds data left unacknowledged: a dead path
+        # fails the statement in about DEAD_PATH_S. A busy or slow server's kernel still acknowledges, so
+        # long statements are never cut. (The URL's own settings win.)
         server: dict[str, Any] = {}
-        if url.startswith("postgresql") and "connect_timeout=" not in url:
-            server["connect_timeout"] = CONNECT_TIMEOUT_S
+        if url.startswith("postgresql"):
+            given = make_url(url).query
+            server = {key: value for key, value in _POSTGRES_DEFAULTS.items() if key not in given}
         bound = dict(server)
         if idle_in_transaction_s is not None and url.startswith("postgresql"):
             bound["options"] = f"-c idle_in_transaction_session_timeout={max(1, round(idle_in_transaction_s * 1000))}"
