@@ -26,12 +26,14 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_TEXT_CHARS",
     "SpecError",
+    "line_of",
     "load_any",
     "load_cluster",
     "load_jobs",
     "parse_cluster_text",
     "parse_jobs_text",
     "safe_load_bounded",
+    "safe_load_document",
 ]
 
 Loc = tuple[str | int, ...]
@@ -131,12 +133,23 @@ def safe_load_bounded(text: str, source: str = "<string>") -> Any:
     :data:`MAX_DEPTH` levels of nesting. For the YAML files that are not specs (config, tokens).
 
     Raises :class:`SpecError` naming ``source`` (and the line) for bad YAML or a text over a bound."""
+    return safe_load_document(text, source)[0]
+
+
+def safe_load_document(text: str, source: str = "<string>") -> Document:
+    """:func:`safe_load_bounded`'s data with its YAML node, for :func:`line_of` (``(None, None)`` when empty)."""
     try:
         _check_size(text)
         docs = _yaml_documents(text, _SafeLoader, single=True)
     except SpecError as err:
         raise SpecError(err.problems, source) from None
-    return docs[0][0] if docs else None
+    return docs[0] if docs else (None, None)
+
+
+def line_of(node: yaml.Node | None, loc: Loc) -> int | None:
+    """1-based line of ``loc`` (e.g. ``("spec", "grid", "seed", 1)``) in the document at ``node``: the deepest
+    part of it the document has (a missing key: its parent mapping's line); None without a node."""
+    return _line(node, loc)
 
 
 def parse_job_documents(text: str, *, source: str = "<string>") -> list[tuple[JobSpec, dict[str, Any]]]:

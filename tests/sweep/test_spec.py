@@ -126,6 +126,46 @@ def test_bad_file_is_one_line(tmp_path: Path, content: bytes, expected: str) -> 
     assert str(e.value).startswith(str(f))
 
 
+_LINES_DOC = """\
+apiVersion: rackscale.io/v1
+kind: Sweep
+metadata: {name: t}
+spec:
+  base:
+    jobs: 50
+    polcy: x
+  grid:
+    policy: [rackscale, first-fitt]
+    seed:
+      - 0
+      - "1"
+  cells:
+    - {}
+    - racks: 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("field", "line"),
+    [
+        ("spec.base.polcy: unknown option", 7),
+        ("spec.grid.policy[1]: unknown policy 'first-fitt'", 9),  # a flow list: the list's line
+        ("spec.grid.seed[1]: ", 12),  # a block list: the item's own line
+        ("spec.cells[1].racks: ", 15),
+    ],
+    ids=["unknown-option", "flow-list-item", "block-list-item", "a-cells-field"],
+)
+def test_a_fields_problem_names_its_line(tmp_path: Path, field: str, line: int) -> None:
+    """As a job spec's problems do (``train.yaml:7: spec.gpus: ...``): the line of the field named."""
+    f = tmp_path / "s.yaml"
+    f.write_text(_LINES_DOC)
+    with pytest.raises(SweepError) as e:
+        load_sweep(f)
+    got = [p for p in e.value.problems if field in p]
+    assert len(got) == 1, e.value.problems
+    assert got[0].startswith(f"{f}:{line}: {field}"), got
+
+
 def test_a_device_is_read_bounded() -> None:
     with pytest.raises(SweepError, match="larger than"):  # /dev/zero has no size and never ends
         load_sweep(Path("/dev/zero"))

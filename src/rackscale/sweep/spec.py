@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -373,7 +374,7 @@ def load_sweep(path: Path) -> SweepSpec:
     """Read and validate a sweep file; a missing, huge or non-YAML file is one line naming it. The read is
     bounded (a device such as /dev/zero has no size) and so is the YAML (nesting depth, alias expansion:
     :func:`rackscale.loaders.safe_load_bounded`)."""
-    from rackscale.loaders import safe_load_bounded
+    from rackscale.loaders import safe_load_document
     from rackscale.model.spec_errors import SpecError
 
     try:
@@ -386,7 +387,26 @@ def load_sweep(path: Path) -> SweepSpec:
         why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
         raise SweepError([f"{path}: cannot read it ({why})"]) from None
     try:
-        doc = safe_load_bounded(text, source=str(path))
+        doc, node = safe_load_document(text, source=str(path))
     except SpecError as e:
         raise SweepError(str(e).splitlines()) from None
-    return parse_sweep(doc, source=str(path))
+    try:
+        return parse_sweep(doc, source=str(path))
+    except SweepError as e:
+        raise SweepError([_with_line(p, str(path), node) for p in e.problems]) from None
+
+
+_LOC = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*|\[\d+\])(?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\])*")
+
+
+def _with_line(problem: str, source: str, node: object) -> str:
+    """``FILE: spec.grid.seed[1]: ...`` -> ``FILE:7: spec.grid.seed[1]: ...``: the line of the field the
+    problem names, as a job spec's problems have it (the deepest part of the path the file has)."""
+    from rackscale.loaders import line_of
+
+    head = f"{source}: "
+    if not problem.startswith(head) or not (m := _LOC.match(problem, len(head))) or node is None:
+        return problem
+    loc = tuple(int(x[1:-1]) if x.startswith("[") else x for x in re.findall(r"\[\d+\]|[^.\[\]]+", m.group()))
+    line = line_of(node, loc)  # type: ignore[arg-type]
+    return problem if line is None else f"{source}:{line}: {problem[len(head) :]}"
