@@ -106,6 +106,20 @@ def test_schedule_refuses_an_llm_job_the_cluster_cannot_hold(tmp_path: Path, tex
     assert f"{jobs}: {words}" in out and "does not" in out
 
 
+@pytest.mark.parametrize(("text", "words"), list(UNRUNNABLE_LLM.values()), ids=list(UNRUNNABLE_LLM))
+def test_validate_checks_llm_jobs_against_a_cluster_given_with_them(tmp_path: Path, text: str, words: str) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(text)
+    cluster = Path(__file__).resolve().parents[2] / "examples" / "cluster-nvl72.yaml"
+    alone = runner.invoke(app, ["validate", str(jobs)], env={"COLUMNS": "400"})
+    assert alone.exit_code == 0 and "LLM job(s) not checked against a cluster" in alone.output, alone.output
+    both = runner.invoke(app, ["validate", str(cluster), str(jobs)], env={"COLUMNS": "400"})
+    out = " ".join(both.output.split())
+    assert both.exit_code == 2 and "Traceback" not in out, out
+    assert f"{jobs}: {words}" in out and "does not" in out and f"on cluster nvl72-2x4, {cluster})" in out
+    assert "not checked" not in out
+
+
 def test_bench_simulate_runs_one_scenario_in_process() -> None:
     from rackscale.bench.simulate import run_one
 
