@@ -39,7 +39,7 @@ from rackscale.service.leader import Elector, HighAvailability, LeaderCollector,
 from rackscale.service.live import SCHEDULED, Change, LiveCluster
 from rackscale.service.pickup import StorePickup
 from rackscale.service.runner import Runner
-from rackscale.service.schedules_store import Record, schedule_key
+from rackscale.service.schedules_store import Record, schedule_key, stored_records
 from rackscale.service.store import Store
 from rackscale.service.store.lease import Fenced, check_fence, read_lease, take_or_renew
 
@@ -146,6 +146,51 @@ def test_a_new_candidate_takes_only_a_free_lease(pg_store: Store, released: bool
     again = elector(pg_store, "a", Mono(), lease_s=30.0)  # a restarted process of the same replica id
     assert again.tick(service_time=0.0) is takes
     assert again.generation == (2 if takes else None)
+
+
+def test_a_standby_that_takes_over_keeps_the_fires_the_old_leader_recorded_and_fires_none_again(
+    pg_store: Store,
+) -> None:
+    """A standby read the schedules' rows at its start; the leader fired a step since. On taking over, the
+    new leader starts from the rows as they are then: the step in force is applied again on its new live
+    cluster, not recorded as a fire (it kept its start-up copy of the history: it wrote that over the row,
+    losing the old leader's fire, and recorded the step in force a second time)."""
+    t0 = 1_800_000_000.0  # a whole ten minutes: every-10-minutes fires at t0, t0 + 600, ...
+    tens = parse_schedule(
+        {
+            "apiVersion": "rackscale.io/v1",
+            "kind": "ScalingSchedule",
+            "metadata": {"name": "tens"},
+            "spec": {"target": {"queue": "batch"}, "steps": [{"cron": "*/10 * * * *", "quotaGpus": 8}]},
+        },
+        source="test",
+    )
+    assert elector(pg_store, "a", Mono()).tick(service_time=t0)  # generation 1, a 1 s lease
+    leader, _ = _runner(pg_store, Guard(generation=1, acting=True))
+    leader.clock.t = t0 + 30  # type: ignore[attr-defined]
+    pg_store.set_meta(schedule_key("tens"), Record(tens).encode())  # put through any replica's API
+    leader.step()
+    cluster = small_cluster(1)
+    standby = Runner(LiveCluster(cluster), pg_store, Recording(cluster), HandClock(), interval_s=0.01)  # type: ignore[arg-type]
+    standby.schedules.restore()  # its start-up, as mount_schedules does
+    leader.clock.t = t0 + 630  # type: ignore[attr-defined]
+    leader.step()
+    before = leader.schedules.get("tens")
+    assert before is not None and [(f.at, f.step) for f in before.history] == [(t0, 0), (t0 + 600, 0)]
+
+    time.sleep(1.1)  # the leader stops; its lease expires
+    assert elector(pg_store, "b", Mono()).tick(service_time=t0 + 640)  # generation 2
+    standby.guard = Guard(generation=2, acting=True)
+    standby.pickup = StorePickup(pg_store, every_s=0.0, node_names=[n.name for n in cluster.nodes])
+    clock = HandClock()
+    clock.t = t0 + 640
+    standby.take_over(LiveCluster(cluster), clock)  # type: ignore[arg-type]
+    standby.step()
+    assert standby.live.schedules["tens"].schedule == tens  # on the new live cluster, in force
+    after = stored_records(pg_store)["tens"]
+    assert after.history == before.history  # the row as the old leader left it
+    assert standby.schedules.get("tens") == before  # and the new leader's GET /v1/schedules shows it
+    assert standby.schedules.fired["tens"] == 0
 
 
 # ------------------------------------------------------------------------------------------ the runner

@@ -259,6 +259,7 @@ class Runner:
             self._warned.clear()
             self._held.clear()
             self._reports = self._loads = None
+            self.schedules.take_over()
             self.leading = True
             return self.recover()
 

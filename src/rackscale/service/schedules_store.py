@@ -169,6 +169,17 @@ class ScheduleKeeper:
                 self._restored[name] = rec.last
         return [rec.schedule for rec in stored.values()]
 
+    def take_over(self) -> None:
+        """A replica that starts leading (again): the rows as they are now, each one restored (its step in
+        force is applied again to the new live cluster, not recorded as a fire). What this replica read at
+        its start, or recorded when it last led, is stale: another leader may have fired steps since, and a
+        write of the stale copy would lose them. A row it failed to write then is the old term's, dropped."""
+        stored = stored_records(self.store)
+        with self.lock:
+            self.records = {name: Record(rec.schedule, list(rec.history)) for name, rec in stored.items()}
+            self._restored = {name: rec.last for name, rec in stored.items()}
+            self._unsaved.clear()
+
     def reconcile(self, live: LiveCluster, stored: dict[str, Record], now: float) -> None:
         """A leader of replicas (the runner's thread): make the records and the host's schedules what the
         rows say, as puts and deletes through any replica's API left them. A schedule new here with fires
