@@ -332,6 +332,38 @@ def test_preemption_across_tenants_never_names_the_other_tenants_job(cluster: Cl
         assert secret in ops.get("/v1/jobs").text
 
 
+# A name is free again once its job ends, for any tenant: "reused" is run by team-b (cancelled), then by
+# team-a (cancelled), then by team-b again (active). Who looks at which run, and whose earlier runs it may
+# count and list (each run by the queue it ran in).
+EARLIER_ROWS = [
+    pytest.param(TEAM_A, 2, [], id="a-its-run-does-not-list-bs-earlier-run"),
+    pytest.param(TEAM_B, 3, ["team-b"], id="b-its-latest-lists-its-own-run-not-as"),
+    pytest.param(TEAM_B, 1, [], id="b-its-first-run"),
+    pytest.param(ADMIN, 3, ["team-a", "team-b"], id="admin-sees-every-run"),
+]
+
+
+@pytest.mark.parametrize(("token", "nth", "owners"), EARLIER_ROWS)
+def test_a_reused_name_never_shows_another_tenants_runs_of_it(
+    cluster: Cluster, token: str, nth: int, owners: list[str]
+) -> None:
+    runs: list[int] = []
+    for owner in (TEAM_B, TEAM_A, TEAM_B):
+        with cluster.client(owner) as c:
+            r = c.post("/v1/jobs", json=job("reused", 1))
+            assert r.status_code == 201, r.text
+            runs.append(r.json()["run"])
+            if len(runs) < 3:
+                assert c.delete("/v1/jobs/reused").json()["status"] == "cancelled"
+    with cluster.client(token) as c:
+        got = c.get("/v1/jobs/reused", params={"run": runs[nth - 1]})
+        assert got.status_code == 200, got.text
+        view = got.json()
+    earlier = {runs[0]: "team-b", runs[1]: "team-a"}
+    assert view["earlierRunCount"] == len(owners), view
+    assert sorted(earlier[e["run"]] for e in view["earlierRuns"]) == owners, view["earlierRuns"]
+
+
 def test_metrics_are_read_with_a_scrape_or_admin_token(cluster: Cluster) -> None:
     for token in (SCRAPE, ADMIN):
         with cluster.client(token) as c:

@@ -332,7 +332,9 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     )
     async def get_job(name: str, who: Who, run: RunQuery = None) -> JobOut:
         row = visible_job(name, who, run)
-        return job_view(row, ctx.runner.clock.now(), ctx.store.earlier_runs(name, row.seq))
+        # A name ended is free for anyone: a tenant's view counts and lists only the runs of its own queues.
+        earlier = ctx.store.earlier_runs(name, row.seq, queues=None if who.is_admin else who.queues)
+        return job_view(row, ctx.runner.clock.now(), earlier)
 
     @app.delete(
         "/v1/jobs/{name}",

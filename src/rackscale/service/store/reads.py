@@ -54,9 +54,14 @@ class StoreReads:
         got = self._fetch(q)
         return job_row(got[0]) if got else None
 
-    def earlier_runs(self, name: str, before: int, *, limit: int = 5) -> tuple[int, list[JobRow]]:
-        """How many runs of ``name`` came before run ``before``, and the last ``limit`` of them, latest first."""
+    def earlier_runs(
+        self, name: str, before: int, *, limit: int = 5, queues: Iterable[str] | None = None
+    ) -> tuple[int, list[JobRow]]:
+        """How many runs of ``name`` came before run ``before``, and the last ``limit`` of them, latest first;
+        only those of ``queues`` when given (a name ended is free for anyone: a tenant counts only its own)."""
         where = and_(jobs.c.name == name, jobs.c.seq < before)
+        if queues is not None:
+            where = and_(where, jobs.c.queue.in_(list(queues)))
         counted = self._fetch(select(func.count().label("n")).select_from(jobs).where(where))
         n = int(counted[0]["n"]) if counted else 0
         if n == 0:
