@@ -364,6 +364,34 @@ def test_a_reused_name_never_shows_another_tenants_runs_of_it(
     assert sorted(earlier[e["run"]] for e in view["earlierRuns"]) == owners, view["earlierRuns"]
 
 
+def test_a_cancel_racing_a_reuse_of_the_name_never_cancels_nor_shows_another_tenants_job(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """team-a cancels its ended job "raced" again; team-b submits "raced" between the API's check (the latest
+    run is team-a's) and the store's cancel: team-b's job stays pending, and team-a's reply is its own run."""
+    store = cluster.live.svc.ctx.store
+    with cluster.client(TEAM_A) as a:
+        assert a.post("/v1/jobs", json=job("raced", 1)).status_code == 201
+        assert a.delete("/v1/jobs/raced").json()["status"] == "cancelled"
+        mine = a.get("/v1/jobs/raced").json()
+        cancel = store.cancel
+
+        def reused_meanwhile(name: str, now: float, **kw: Any) -> Any:
+            store.insert_job(
+                name=name, queue="team-b", kind="training", gpus=1.0, priority=0, doc=job(name, 1), submitted=now
+            )
+            return cancel(name, now, **kw)
+
+        monkeypatch.setattr(store, "cancel", reused_meanwhile)
+        r = a.delete("/v1/jobs/raced")
+        monkeypatch.setattr(store, "cancel", cancel)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert (got["queue"], got["run"], got["status"]) == ("team-a", mine["run"], "cancelled"), got
+    theirs = store.get("raced")
+    assert theirs is not None and (theirs.queue, theirs.status) == ("team-b", "pending")
+
+
 def test_metrics_are_read_with_a_scrape_or_admin_token(cluster: Cluster) -> None:
     for token in (SCRAPE, ADMIN):
         with cluster.client(token) as c:

@@ -348,7 +348,10 @@ def create_app(ctx: ServiceContext) -> FastAPI:
             raise HttpProblem(503, f"not taking work: {problem}", {"Retry-After": RETRY_AFTER_S})
         now = ctx.runner.clock.now()
         try:
-            row = await asyncio.to_thread(ctx.store.cancel, name, now)  # waits for its commit, off the event loop
+            # Only a run of the caller's queues: the name may have been submitted again by another tenant
+            # since visible_job looked. (Waits for its commit, off the event loop.)
+            mine = None if who.is_admin else who.queues
+            row = await asyncio.to_thread(lambda: ctx.store.cancel(name, now, queues=mine))
         except StoreUnavailable as e:  # nothing changed: the client may send it again
             raise HttpProblem(503, str(e), {"Retry-After": RETRY_AFTER_S}) from e
         if row is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any
@@ -25,7 +25,7 @@ from rackscale.service.store.lease import check_fence
 from rackscale.service.store.migrate import migrate_store
 from rackscale.service.store.reads import StoreReads
 from rackscale.service.store.rows import JobRow, job_row
-from rackscale.service.store.schema import INSERT_EVENT, jobs, latest_run, meta, metadata
+from rackscale.service.store.schema import INSERT_EVENT, jobs, meta, metadata
 from rackscale.service.store.writer import StoreWriter
 
 log = logging.getLogger("rackscale.service")
@@ -137,11 +137,13 @@ class Store(StoreWriter, StoreReads):
         future: Future[JobRow] = self._queue_insert(row)
         return future
 
-    def cancel(self, name: str, now: float) -> JobRow | None:
+    def cancel(self, name: str, now: float, *, queues: Iterable[str] | None = None) -> JobRow | None:
         """Cancel the active run of ``name``. Returns its row after, or the latest run unchanged if none is
-        active (None: no such name). Raises StoreUnavailable when the store cannot write (then nothing
-        changed)."""
-        got: JobRow | None = self._call(lambda c: self._cancel(c, name, now))
+        active (None: no such name). ``queues``: only runs of these queues are cancelled or returned (a
+        tenant's: the name may have been submitted again by another tenant since the caller looked).
+        Raises StoreUnavailable when the store cannot write (then nothing changed)."""
+        mine = None if queues is None else list(queues)
+        got: JobRow | None = self._call(lambda c: self._cancel(c, name, now, mine))
         return got
 
     def apply(self, changes: Sequence[Change], *, generation: int | None = None) -> set[str]:
@@ -194,12 +196,13 @@ class Store(StoreWriter, StoreReads):
         return True
 
     @staticmethod
-    def _cancel(c: Connection, name: str, now: float) -> JobRow | None:
+    def _cancel(c: Connection, name: str, now: float, queues: list[str] | None) -> JobRow | None:
+        mine = jobs.c.name == name if queues is None else and_(jobs.c.name == name, jobs.c.queue.in_(queues))
         active = c.execute(
-            select(jobs.c.seq).where(and_(jobs.c.name == name, jobs.c.status.in_(ACTIVE))).with_for_update()
+            select(jobs.c.seq).where(and_(mine, jobs.c.status.in_(ACTIVE))).with_for_update()
         ).scalar_one_or_none()
         if active is None:
-            got = c.execute(latest_run(name)).mappings().first()
+            got = c.execute(select(jobs).where(mine).order_by(jobs.c.seq.desc()).limit(1)).mappings().first()
             return job_row(got) if got is not None else None
         message = "cancelled by a user"
         cancelled = JobPhase.CANCELLED.value  # the phase, and the type of the event that records it
