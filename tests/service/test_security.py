@@ -399,6 +399,39 @@ def test_metrics_are_read_with_a_scrape_or_admin_token(cluster: Cluster) -> None
             assert r.status_code == 200 and 'queue="team-b"' in r.text
 
 
+# A tenant's names become label values (`service`, `queue`): whatever it sends, a scrape stays the series it
+# was, one line each (no injected line, no broken quote), or the name is refused before it is stored.
+LABEL_ROWS = {
+    "newline": ('svc\nrackscale_gpus{state="free"} 1e9', None),
+    "quote": ('svc"} 1\nx{a="', None),
+    "backslash": ("svc\\", None),
+    "10k-characters": ("s" * 10_000, None),
+    "longest-name": ("s" * 253, "s" * 253),
+    "dots-and-dashes": ("svc-1.a_b", "svc-1.a_b"),
+}
+
+
+@pytest.mark.parametrize(("name", "label"), list(LABEL_ROWS.values()), ids=list(LABEL_ROWS))
+def test_a_tenants_names_in_metrics_labels_are_plain_label_values(
+    cluster: Cluster, name: str, label: str | None
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    svc = {"name": name, "kind": "inference", "replicas": 1, "gpusPerReplica": 1}
+    with cluster.client(TEAM_A) as a:
+        r = a.post("/v1/jobs", json=svc)
+        assert r.status_code == (201 if label is not None else 422), r.text
+        if label is not None:
+            wait_for(lambda: a.get(f"/v1/jobs/{name}").json()["status"] == "running", what="the service")
+    with cluster.client(SCRAPE) as s:
+        text = s.get("/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    services = {x.labels["service"] for x in families["rackscale_inference_tokens_per_second"].samples}
+    assert services == ({label} if label is not None else set()), services
+    assert all(x.labels.get("queue") in (None, "team-a", "team-b") for f in families.values() for x in f.samples)
+    assert all(x.value < 1e9 for x in families["rackscale_gpus"].samples)
+
+
 # ----------------------------------------------------------------------------------------- the socket
 def _raw(url: str, data: bytes, *, read_timeout: float = 10.0) -> bytes:
     host, port = url.removeprefix("http://").rsplit(":", 1)
