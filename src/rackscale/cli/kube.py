@@ -27,7 +27,13 @@ def kube_scheduler(
     ),
     region_label: Annotated[str, typer.Option(help="Node label naming the region.")] = "topology.kubernetes.io/region",
     gpu_resource: Annotated[str, typer.Option(help="Extended resource counting GPUs.")] = "nvidia.com/gpu",
-    policy: Annotated[str, typer.Option(help="Scheduler profile (see `rackscale schedule --help`).")] = "rackscale",
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="Scheduler profile (see `rackscale schedule --help`); its preemption, loans, elastic gangs and "
+            "consolidation are off here (docs/kubernetes.md)."
+        ),
+    ] = "rackscale",
     leader_elect: Annotated[bool, typer.Option(help="Elect a leader through a Lease (run several replicas).")] = True,
     lease_name: Annotated[str | None, typer.Option(help="Lease name (default: the scheduler name).")] = None,
     lease_namespace: Annotated[str, typer.Option(help="Namespace of the Lease.")] = "kube-system",
@@ -75,6 +81,12 @@ def kube_scheduler(
         from rackscale.kube.scheduler import KubeScheduler, KubeSchedulerConfig
     except ImportError as e:
         fail(f"the Kubernetes scheduler needs the kubernetes client ({e}); install it with: {KUBE_EXTRA}")
+    from rackscale.kube.mechanisms import kube_profile
+
+    try:
+        kube_profile(policy)  # an unknown name ends the command here, naming the profiles
+    except ValueError as e:
+        fail(f"--policy: {e}")
     schedules = load_schedules(schedule_files or [])
     if config_file is not None:
         try:

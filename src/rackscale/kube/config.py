@@ -44,6 +44,7 @@ class Stats:
     gang_rollbacks: int = 0  # gangs whose bind failed midway and whose bound pods were deleted again
     undone: int = 0  # pods deleted to undo a partial gang bind
     undo_errors: int = 0  # deletions of such pods that failed (retried on the next cycles)
+    refused_cycles: int = 0  # cycles whose decisions stopped, resized or moved a running job: none carried out
     lists: dict[str, int] = field(default_factory=_per_kind)
     gone: dict[str, int] = field(default_factory=_per_kind)
     bookmarks: dict[str, int] = field(default_factory=_per_kind)

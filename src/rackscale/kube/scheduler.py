@@ -30,6 +30,7 @@ from rackscale.kube.cluster import build_cluster, topology_signature
 from rackscale.kube.config import KubeSchedulerConfig, Stats
 from rackscale.kube.leader import LeaderElector
 from rackscale.kube.ledger import Ledger
+from rackscale.kube.mechanisms import WHY_OFF, kube_profile, refusal
 from rackscale.kube.planning import plan
 from rackscale.kube.pods import gangs, node_name, pod_key
 from rackscale.kube.report import Reporter
@@ -77,7 +78,11 @@ class KubeScheduler:
             if cfg.leader_elect
             else None
         )
-        self.sched = ResourceScheduler(profile=cfg.policy)
+        # The profile without the mechanisms that stop, resize or move running pods (kube.mechanisms).
+        profile, self.disabled = kube_profile(cfg.policy)
+        for m in self.disabled:
+            log.info("profile %r: %s is off under Kubernetes: %s (docs/kubernetes.md)", cfg.policy, m, WHY_OFF[m])
+        self.sched = ResourceScheduler(profile=profile)
         self.binder = GangBinder(self.core)
         self.reporter = Reporter(
             self.core,
@@ -286,6 +291,12 @@ class KubeScheduler:
             return 0
         queue = PendingQueue((s for _, s in p.jobs.values()), elastic=self.sched.profile.elastic)
         d = self.sched.schedule(state, queue, now - self._t0)
+        why_not = refusal(d)
+        if why_not is not None:
+            # Not bound either: a placement may count on GPUs that the stop or the shrink was to free.
+            self.stats.refused_cycles += 1
+            log.error("not carrying out this cycle's decisions: %s, which rackscale does not do to pods", why_not)
+            return 0
         bound = 0
         for placed in d.placed:
             g, spec = p.jobs[placed.spec.name]
