@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from rackscale.kube.cluster import mib, milli, whole
+from rackscale.kube.cluster import parse_quantity
 from rackscale.model.workload import (
     JobSpec,
     Level,
@@ -45,9 +46,32 @@ def scheduler_name(pod: Obj) -> str:
     return str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")
 
 
+# What the API server accepts (spec.priority is an int32; a quantity's value an int64): anything beyond is
+# hostile input (a non-conformant server, a test) and is refused, never a crash of the cycle.
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+MAX_QUANTITY = Decimal(2**63 - 1)
+
+
+def shown(value: object, *, limit: int = 60) -> str:
+    """``value`` as a message quotes it: its repr, cut to ``limit`` characters (a pod's field may be huge)."""
+    r = repr(value)
+    return r if len(r) <= limit else f"{r[:limit]}... ({len(r)} characters)"
+
+
+def _is_int32(p: object) -> bool:
+    return isinstance(p, int) and not isinstance(p, bool) and INT32_MIN <= p <= INT32_MAX
+
+
 def priority(pod: Obj) -> int:
+    """``spec.priority`` (0 when absent; and when it is no int32, which :func:`pod_problem` reports)."""
     p = (pod.get("spec") or {}).get("priority")
-    return int(p) if p is not None else 0
+    return p if isinstance(p, int) and _is_int32(p) else 0
+
+
+def pod_annotations(pod: Obj) -> Mapping[str, Any]:
+    """The pod's annotations ({} when they are no mapping, which :func:`pod_problem` reports)."""
+    ann = (pod.get("metadata") or {}).get("annotations")
+    return ann if isinstance(ann, Mapping) else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,20 +83,55 @@ class PodRequest:
     memory_mib: int
 
 
-def _container_request(c: Obj, gpu_resource: str) -> PodRequest:
+def _amount(res: Obj, first: str, then: str, key: str, *, per_unit: Decimal, where: str) -> int:
+    """``res[first][key]``, else ``res[then][key]``, else 0, in units of ``1/per_unit``, rounded up.
+    Raises ``ValueError`` naming the field when it is no quantity, negative or beyond an int64."""
+    for kind in (first, then):
+        table = res.get(kind) or {}
+        if not isinstance(table, Mapping):
+            raise ValueError(f"{where}.resources.{kind} is not a mapping")
+        if key not in table:
+            continue
+        v = table[key]
+        try:
+            d = parse_quantity(v)
+        except (ValueError, ArithmeticError):
+            d = None
+        if d is None or not d.is_finite() or not 0 <= d <= MAX_QUANTITY:
+            raise ValueError(
+                f"{where}.resources.{kind}[{key!r}]={shown(v)} is not a Kubernetes quantity from 0 to 2^63-1 "
+                "(e.g. 8, 500m, 16Gi)"
+            )
+        return int((d * per_unit).to_integral_value(rounding=ROUND_CEILING))
+    return 0
+
+
+def _container_request(c: Obj, gpu_resource: str, where: str) -> PodRequest:
+    if not isinstance(c, Mapping):
+        raise ValueError(f"{where} is not a container")
+    where = f"{where} ({shown(c.get('name'), limit=40)})"
     res = c.get("resources") or {}
-    req, lim = res.get("requests") or {}, res.get("limits") or {}
+    if not isinstance(res, Mapping):
+        raise ValueError(f"{where}.resources is not a mapping")
     # Extended resources (GPUs) must have request == limit; a limit alone implies the request.
-    gpus = whole(lim.get(gpu_resource, req.get(gpu_resource, 0)))
-    cpu = milli(req.get("cpu", lim.get("cpu", 0)))
-    mem = mib(req.get("memory", lim.get("memory", 0)))
+    gpus = _amount(res, "limits", "requests", gpu_resource, per_unit=Decimal(1), where=where)
+    cpu = _amount(res, "requests", "limits", "cpu", per_unit=Decimal(1000), where=where)
+    mem = _amount(res, "requests", "limits", "memory", per_unit=Decimal(1) / (1 << 20), where=where)
     return PodRequest(gpus, cpu, mem)
 
 
+def _containers(spec: Obj, key: str, gpu_resource: str) -> list[PodRequest]:
+    cs = spec.get(key) or []
+    if not isinstance(cs, list):
+        raise ValueError(f"spec.{key} is not a list")
+    return [_container_request(c, gpu_resource, f"spec.{key}[{i}]") for i, c in enumerate(cs)]
+
+
 def pod_request(pod: Obj, gpu_resource: str) -> PodRequest:
+    """The pod's effective request. Raises ``ValueError`` naming the field that cannot be read."""
     spec = pod.get("spec") or {}
-    main = [_container_request(c, gpu_resource) for c in spec.get("containers") or []]
-    init = [_container_request(c, gpu_resource) for c in spec.get("initContainers") or []]
+    main = _containers(spec, "containers", gpu_resource)
+    init = _containers(spec, "initContainers", gpu_resource)
     g = sum(r.gpus for r in main)
     cpu = sum(r.cpu_milli for r in main)
     mem = sum(r.memory_mib for r in main)
@@ -103,8 +162,7 @@ class Gang:
 
 
 def _min_member(pod: Obj) -> tuple[int, str | None]:
-    ann = (pod.get("metadata") or {}).get("annotations") or {}
-    raw = ann.get(MIN_MEMBER)
+    raw = pod_annotations(pod).get(MIN_MEMBER)
     if raw is None:
         return 1, None
     try:
@@ -114,6 +172,21 @@ def _min_member(pod: Obj) -> tuple[int, str | None]:
     if n < 1:
         return 1, f"annotation {MIN_MEMBER}={raw!r} must be at least 1"
     return n, None
+
+
+def pod_problem(pod: Obj) -> str | None:
+    """Why a pending pod's fields (other than its requests and annotations' values, read later) make it no
+    part of a job: a wrong type or a value out of range, named with the fix. None: nothing wrong."""
+    md = pod.get("metadata") or {}
+    if not isinstance(md.get("annotations") or {}, Mapping):
+        return f"metadata.annotations={shown(md.get('annotations'))} is not a mapping of strings"
+    p = (pod.get("spec") or {}).get("priority")
+    if p is not None and not _is_int32(p):
+        return (
+            f"spec.priority={shown(p)} is not an integer from {INT32_MIN} to {INT32_MAX}; "
+            "set spec.priorityClassName and let the API server fill it in"
+        )
+    return None
 
 
 def gangs(pods: Iterable[Obj], scheduler: str) -> list[Gang]:
@@ -132,7 +205,7 @@ def gangs(pods: Iterable[Obj], scheduler: str) -> list[Gang]:
         if md.get("deletionTimestamp"):
             continue
         ns = str(md.get("namespace", "default"))
-        group = (md.get("annotations") or {}).get(POD_GROUP)
+        group = pod_annotations(pod).get(POD_GROUP)
         if group:
             job = f"group:{ns}/{group}"
         elif node_name(pod) is None:
@@ -144,7 +217,7 @@ def gangs(pods: Iterable[Obj], scheduler: str) -> list[Gang]:
             g = out[job] = Gang(job=job, namespace=ns, group=str(group) if group else None, min_member=1)
         n, problem = _min_member(pod)
         g.min_member = max(g.min_member, n)
-        g.problem = g.problem or problem
+        g.problem = g.problem or problem or (pod_problem(pod) if node_name(pod) is None else None)
         if node_name(pod) is not None:
             g.bound += 1
         else:
@@ -159,13 +232,15 @@ def gang_spec(g: Gang, gpu_resource: str, *, submit_time: float) -> JobSpec | st
     """The rackscale job for a ready gang, or a sentence saying why it cannot be one."""
     if g.problem:
         return g.problem
-    reqs = {pod_request(p, gpu_resource) for p in g.pending}
+    try:
+        reqs = {pod_request(p, gpu_resource) for p in g.pending}
+    except ValueError as e:
+        return str(e)
     if len(reqs) > 1:
-        shown = ", ".join(f"{r.gpus} GPU" for r in sorted(reqs, key=lambda r: r.gpus))
-        return f"pod group {g.group!r} mixes requests ({shown}); rackscale places a group as identical units"
+        sizes = ", ".join(f"{r.gpus} GPU" for r in sorted(reqs, key=lambda r: r.gpus))
+        return f"pod group {g.group!r} mixes requests ({sizes}); rackscale places a group as identical units"
     (req,) = reqs
-    ann = (g.pending[0].get("metadata") or {}).get("annotations") or {}
-    topo = ann.get(TOPOLOGY)
+    topo = pod_annotations(g.pending[0]).get(TOPOLOGY)
     if topo not in (None, "rack", "region"):
         return f"annotation {TOPOLOGY}={topo!r}: expected 'rack' or 'region'"
     common: dict[str, Any] = {

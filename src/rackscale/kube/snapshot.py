@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from rackscale.kube.cluster import LabelKeys
 from rackscale.kube.health import node_health
-from rackscale.kube.pods import is_terminated, pod_request
+from rackscale.kube.pods import PodRequest, is_terminated, pod_request
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster
 from rackscale.model.workload import batch
 
 Obj = Mapping[str, Any]
+
+log = logging.getLogger("rackscale.kube")
 
 
 def node_key(node: Obj) -> str:
@@ -53,7 +56,13 @@ def build_state(
         if at is None or is_terminated(pod) or at not in index:
             continue
         n = index[at]
-        req = pod_request(pod, labels.gpu_resource)
+        try:
+            req = pod_request(pod, labels.gpu_resource)
+        except ValueError as e:
+            # Unreadable (a real API server validates requests): it takes all that is left on its node, so that
+            # nothing is placed on top of it.
+            log.warning("bound pod %s: %s; counting its node %s as full", key, e, at)
+            req = PodRequest(state.node_whole[n], state.cpu_free[n], state.mem_free[n])
         g = min(req.gpus, state.node_whole[n])  # another scheduler may have over-committed the node
         cpu, mem = min(req.cpu_milli, state.cpu_free[n]), min(req.memory_mib, state.mem_free[n])
         if g == 0 and cpu == 0 and mem == 0:
