@@ -35,6 +35,11 @@ def _container(**kw: Any) -> Callable[[Obj], None]:
     return lambda p: p["spec"]["containers"][0].update(kw)
 
 
+def _ann(key: str, v: object) -> Callable[[Obj], None]:
+    return lambda p: p["metadata"]["annotations"].__setitem__(key, v)
+
+
+ELASTIC = "elastic gangs are off under Kubernetes"
 # (id, what is done to the pod, what its reason must say)
 HOSTILE: list[tuple[str, Callable[[Obj], None], str]] = [
     ("priority-a-string", _spec(priority="high"), "spec.priority='high' is not an integer"),
@@ -52,6 +57,47 @@ HOSTILE: list[tuple[str, Callable[[Obj], None], str]] = [
     ("resources-a-string", _container(resources="8 GPUs"), "spec.containers[0] ('main').resources is not a mapping"),
     ("annotations-a-list", _meta(annotations=["a"]), "metadata.annotations=['a'] is not a mapping"),
     ("huge-value-cut", _spec(priority="x" * 10_000), "characters)"),
+    # Annotations: min-member strictly, and every rackscale.io/ key that is not read is refused by name.
+    ("min-member-spaces", _ann("rackscale.io/min-member", " 2"), "min-member=' 2' is not a whole number of pods"),
+    ("min-member-non-ascii", _ann("rackscale.io/min-member", "２"), "min-member='２' is not a whole number of pods"),
+    ("min-member-underscore", _ann("rackscale.io/min-member", "1_0"), "min-member='1_0' is not a whole number"),
+    ("min-member-negative", _ann("rackscale.io/min-member", "-1"), "min-member='-1' is not a whole number"),
+    ("min-member-zero", _ann("rackscale.io/min-member", "0"), "min-member='0' must be from 1 to 2097152"),
+    ("min-member-huge", _ann("rackscale.io/min-member", "9" * 5000), "(5002 characters) must be from 1 to"),
+    ("min-member-a-number", _ann("rackscale.io/min-member", 2), "min-member=2 is not a whole number of pods"),
+    (
+        "min-gpus",
+        _ann("rackscale.io/min-gpus", "8"),
+        f"'rackscale.io/min-gpus'='8' is not read under Kubernetes: {ELASTIC}",
+    ),
+    (
+        "max-gpus-huge",
+        _ann("rackscale.io/max-gpus", "1e99"),
+        f"'rackscale.io/max-gpus'='1e99' is not read under Kubernetes: {ELASTIC}",
+    ),
+    (
+        "min-gpus-negative",
+        _ann("rackscale.io/minGpus", "-8"),
+        f"'rackscale.io/minGpus'='-8' is not read under Kubernetes: {ELASTIC}",
+    ),
+    (
+        "min-above-max",
+        lambda p: p["metadata"]["annotations"].update({"rackscale.io/max-gpus": "8", "rackscale.io/min-gpus": "16"}),
+        f"'rackscale.io/max-gpus'='8' is not read under Kubernetes: {ELASTIC}",
+    ),
+    ("checkpoint-on-preempt", _ann("rackscale.io/checkpoint-on-preempt", "yes"), "nothing is checkpointed for it"),
+    (
+        "priority-annotation",
+        _ann("rackscale.io/priority", "ünïcode"),
+        "'rackscale.io/priority'='ünïcode' is not read under Kubernetes: the priority is spec.priority",
+    ),
+    (
+        "typo-of-pod-group",
+        _ann("rackscale.io/pod-grop", "t"),
+        "rackscale reads rackscale.io/pod-group, rackscale.io/min-member, rackscale.io/topology; correct the key",
+    ),
+    ("non-ascii-key", _ann("rackscale.io/grüppe", "t"), "'rackscale.io/grüppe'='t' is not read"),
+    ("topology-huge", _ann("rackscale.io/topology", "rack" * 1000), "(4002 characters): expected 'rack' or 'region'"),
 ]
 
 

@@ -25,7 +25,30 @@ Obj = Mapping[str, Any]
 POD_GROUP = "rackscale.io/pod-group"
 MIN_MEMBER = "rackscale.io/min-member"
 TOPOLOGY = "rackscale.io/topology"  # "rack" or "region": a required constraint (default: rack preferred)
+PREFIX = "rackscale.io/"
+KNOWN = (POD_GROUP, MIN_MEMBER, TOPOLOGY)
+# One pod per GPU of the largest cluster the model takes (262,144 nodes of 8 GPUs): more members than this
+# can never exist, and a gang asking for them would wait for ever under a reason showing a 30-digit count.
+MAX_MIN_MEMBER = 2**21
 TERMINATED = ("Succeeded", "Failed")
+
+# The job spec's fields that a pod's annotations cannot set (keys compared without "-", "_" and case), with
+# the fix: ignoring one would leave a job that does not behave as asked, and no word why.
+_ELASTIC = (
+    "elastic gangs are off under Kubernetes (a scheduler creates no pods to grow a gang, and a pod it deleted "
+    "to shrink one would be recreated); size the gang with its controller's pod count and remove the annotation"
+)
+_UNSUPPORTED = {
+    "mingpus": _ELASTIC,
+    "maxgpus": _ELASTIC,
+    "checkpointonpreempt": "rackscale stops no running pod under Kubernetes, so nothing is checkpointed for it; "
+    "remove the annotation",
+    "priority": "the priority is spec.priority: set spec.priorityClassName and remove the annotation",
+    "priorityclass": "the priority is spec.priority: set spec.priorityClassName and remove the annotation",
+    "preemptible": "rackscale preempts no pod under Kubernetes; remove the annotation",
+    "preemptionpolicy": "rackscale preempts no pod under Kubernetes; set spec.preemptionPolicy and remove the "
+    "annotation",
+}
 
 
 def pod_key(pod: Obj) -> str:
@@ -165,13 +188,25 @@ def _min_member(pod: Obj) -> tuple[int, str | None]:
     raw = pod_annotations(pod).get(MIN_MEMBER)
     if raw is None:
         return 1, None
-    try:
-        n = int(raw)
-    except ValueError:
-        return 1, f"annotation {MIN_MEMBER}={raw!r} is not an integer"
-    if n < 1:
-        return 1, f"annotation {MIN_MEMBER}={raw!r} must be at least 1"
+    # ASCII digits only: int() would also take " 4", "+4", "1_0" and other scripts' digits ("４").
+    if not isinstance(raw, str) or not raw.isascii() or not raw.isdigit():
+        return 1, f"annotation {MIN_MEMBER}={shown(raw)} is not a whole number of pods (ASCII digits, e.g. '4')"
+    if len(raw.lstrip("0")) > 7 or not 1 <= (n := int(raw)) <= MAX_MIN_MEMBER:
+        return 1, f"annotation {MIN_MEMBER}={shown(raw)} must be from 1 to {MAX_MIN_MEMBER}"
     return n, None
+
+
+def _annotation_problem(ann: Mapping[str, Any]) -> str | None:
+    """An annotation under ``rackscale.io/`` that rackscale does not read: refused, naming the key and the fix
+    (a typo of ``pod-group`` or ``min-member`` would otherwise place a gang's pods one by one)."""
+    for key in sorted(str(k) for k in ann):
+        if not key.startswith(PREFIX) or key in KNOWN:
+            continue
+        fix = _UNSUPPORTED.get(key[len(PREFIX) :].replace("-", "").replace("_", "").lower())
+        if fix is None:
+            fix = f"rackscale reads {', '.join(KNOWN)}; correct the key or remove it"
+        return f"annotation {shown(key)}={shown(ann[key], limit=40)} is not read under Kubernetes: {fix}"
+    return None
 
 
 def pod_problem(pod: Obj) -> str | None:
@@ -180,6 +215,8 @@ def pod_problem(pod: Obj) -> str | None:
     md = pod.get("metadata") or {}
     if not isinstance(md.get("annotations") or {}, Mapping):
         return f"metadata.annotations={shown(md.get('annotations'))} is not a mapping of strings"
+    if (why := _annotation_problem(pod_annotations(pod))) is not None:
+        return why
     p = (pod.get("spec") or {}).get("priority")
     if p is not None and not _is_int32(p):
         return (
@@ -242,7 +279,7 @@ def gang_spec(g: Gang, gpu_resource: str, *, submit_time: float) -> JobSpec | st
     (req,) = reqs
     topo = pod_annotations(g.pending[0]).get(TOPOLOGY)
     if topo not in (None, "rack", "region"):
-        return f"annotation {TOPOLOGY}={topo!r}: expected 'rack' or 'region'"
+        return f"annotation {TOPOLOGY}={shown(topo)}: expected 'rack' or 'region'"
     common: dict[str, Any] = {
         "priority": g.priority,
         "preemption_policy": PreemptionPolicy.NEVER,  # rackscale does not evict pods (yet)
