@@ -44,6 +44,20 @@ def test_the_manifests_settings_load(tmp_path: Path) -> None:
         pytest.param("schedulerNme: x", "unknown key 'schedulerNme'", id="typo"),
         pytest.param("- a", "expected a mapping", id="a-list"),
         pytest.param("a: [", "cannot read", id="bad-yaml"),
+        # Keys rackscale reads whatever the file says: another value would be ignored without a word.
+        pytest.param(
+            "annotations: {podGroup: example.com/group}",
+            "annotations.podGroup is 'example.com/group', but rackscale reads 'rackscale.io/pod-group' only",
+            id="another-pod-group-key",
+        ),
+        pytest.param("annotations: {minMember: x/y}", "reads 'rackscale.io/min-member' only", id="another-min-member"),
+        pytest.param("annotations: {minGpus: a/b}", "unknown key annotations.'minGpus'", id="annotation-unknown"),
+        pytest.param(
+            "labels: {node: example.com/host}", "reads 'kubernetes.io/hostname' only", id="another-node-label"
+        ),
+        pytest.param("labels: {rak: example.com/rack}", "unknown key labels.'rak'", id="label-typo"),
+        pytest.param("leaderElection: {leaseNme: x}", "unknown key leaderElection.'leaseNme'", id="lease-typo"),
+        pytest.param("labels: [rack]", "labels must be a mapping", id="labels-a-list"),
     ],
 )
 def test_bad_settings_name_the_problem(tmp_path: Path, text: str, needle: str) -> None:

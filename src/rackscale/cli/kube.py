@@ -160,6 +160,15 @@ def load_schedules(files: list[str]) -> list[Any]:
     return schedules
 
 
+# The sections' keys; a value here is fixed: rackscale reads that key whatever the file says, so another
+# value would be ignored without a word (docs/kubernetes.md). Nodes are known by metadata.name.
+SECTIONS: dict[str, dict[str, str | None]] = {
+    "labels": {"rack": None, "region": None, "node": "kubernetes.io/hostname"},
+    "annotations": {"podGroup": "rackscale.io/pod-group", "minMember": "rackscale.io/min-member"},
+    "leaderElection": {"leaseName": None, "leaseNamespace": None},
+}
+
+
 def load_settings(path: Path) -> dict[str, str]:
     """The settings file's values, by option name. Raises ValueError naming the file and the bad key."""
     from rackscale.loaders import SpecError, safe_load_bounded
@@ -174,6 +183,21 @@ def load_settings(path: Path) -> dict[str, str]:
     unknown = sorted(set(doc) - known)
     if unknown:
         raise ValueError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    for section, keys in SECTIONS.items():
+        sub = doc.get(section)
+        if sub is None:
+            continue
+        if not isinstance(sub, dict):
+            raise ValueError(f"{path}: {section} must be a mapping (got {sub!r})")
+        for key, value in sub.items():
+            if key not in keys:
+                raise ValueError(f"{path}: unknown key {section}.{key!r} (known: {', '.join(sorted(keys))})")
+            fixed = keys[key]
+            if fixed is not None and value != fixed:
+                raise ValueError(
+                    f"{path}: {section}.{key} is {value!r}, but rackscale reads {fixed!r} only (the key is fixed); "
+                    "set it to that or remove it"
+                )
     out: dict[str, str] = {}
     pairs = [
         ("scheduler_name", doc.get("schedulerName")),
