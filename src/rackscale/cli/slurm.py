@@ -99,6 +99,30 @@ ENGINE_HELP = (
 )
 
 
+def _check_compare_bounds(jobs: int, spread: float, racks: int, rack_nodes: int, node_gpus: int) -> None:
+    """The sizes of a comparison within the project's bounds, before any Slurm starts: a typo's extra digits
+    would otherwise build a cluster past a spec's bound (an emulated node gets a slurmd and a fake device per
+    GPU), queue millions of gangs or spread their arrivals over centuries."""
+    from rackscale.model.spec_docs import MAX_GPUS_PER_NODE, MAX_NODES_PER_RACK
+    from rackscale.model.specs import MAX_CLUSTER_NODES
+    from rackscale.sim.records import DEFAULT_HORIZON_S
+    from rackscale.sweep.spec import MAX_SYNTHETIC_JOBS
+
+    if jobs > MAX_SYNTHETIC_JOBS:
+        fail(f"--jobs must be at most {MAX_SYNTHETIC_JOBS:,} (got {jobs:,})")
+    if not spread <= DEFAULT_HORIZON_S:  # inf too (NaN is refused by its min)
+        fail(f"--spread must be at most {DEFAULT_HORIZON_S:,.0f} s, ten years (got {spread:g})")
+    if node_gpus > MAX_GPUS_PER_NODE:
+        fail(f"--node-gpus must be at most {MAX_GPUS_PER_NODE}, a cluster spec's gpusPerNode (got {node_gpus:,})")
+    if rack_nodes > MAX_NODES_PER_RACK:
+        fail(f"--rack-nodes must be at most {MAX_NODES_PER_RACK:,}, a spec's nodesPerRack (got {rack_nodes:,})")
+    if racks * rack_nodes > MAX_CLUSTER_NODES:
+        fail(
+            f"--racks x --rack-nodes is {racks * rack_nodes:,} nodes, more than the {MAX_CLUSTER_NODES:,} a cluster "
+            "spec may hold: check --racks for an extra digit"
+        )
+
+
 @app.command()
 def compare(
     jobs: Annotated[int, typer.Option("--jobs", help="Gangs in the sequence.", min=1)] = 40,
@@ -158,6 +182,7 @@ def compare(
     if slurm_root is not None and eng is Engine.tree and slurm_conf is None:
         fail("--slurm-root with --engine tree needs --slurm-conf (the Slurm running there)")
     npr = rack_nodes or (18 if eng is Engine.block else 4)
+    _check_compare_bounds(jobs, spread, racks or 4, npr, node_gpus or 4)
     spec = GPUCluster.uniform(
         name="emulated", racks_per_region=racks or 4, nodes_per_rack=npr, gpus_per_node=node_gpus or 4
     )

@@ -27,6 +27,8 @@ RICH_RACKS_PER_REGION = 4
 RICH_GPU_TYPE = "GB200"
 MAX_UNITS = 1 << 20  # far above any real job; stops typos without limiting real use
 MAX_MEMORY_MIB = 1 << 40
+MAX_GPUS_PER_NODE = 64  # a cluster spec's gpusPerNode (and the emulated Slurm's --node-gpus)
+MAX_NODES_PER_RACK = 1024  # a cluster spec's nodesPerRack (and the emulated Slurm's --rack-nodes)
 
 
 class _Doc(BaseModel):
@@ -91,8 +93,8 @@ class SeedSpecDoc(_Doc):
     gpu_count: int = Field(ge=1, examples=[72])
     nvlink: Toggle = True
     rdma: Toggle = True
-    gpus_per_node: int = Field(SEED_GPUS_PER_NODE, ge=1, le=64)
-    nodes_per_rack: int | None = Field(None, ge=1, le=1024)  # None: 18, or 1 with nvlink disabled
+    gpus_per_node: int = Field(SEED_GPUS_PER_NODE, ge=1, le=MAX_GPUS_PER_NODE)
+    nodes_per_rack: int | None = Field(None, ge=1, le=MAX_NODES_PER_RACK)  # None: 18, or 1 with nvlink disabled
     price_per_gpu_hour: float | None = Field(None, ge=0)
 
 
@@ -149,8 +151,8 @@ class PoolDoc(_Doc):
     gpu_type: NonEmpty = Field(examples=["H100"])
     region: NonEmpty = "region-0"
     racks: int = Field(ge=1, le=100_000, examples=[2])
-    nodes_per_rack: int = Field(SEED_NODES_PER_RACK, ge=1, le=1024)
-    gpus_per_node: int = Field(SEED_GPUS_PER_NODE, ge=1, le=64)
+    nodes_per_rack: int = Field(SEED_NODES_PER_RACK, ge=1, le=MAX_NODES_PER_RACK)
+    gpus_per_node: int = Field(SEED_GPUS_PER_NODE, ge=1, le=MAX_GPUS_PER_NODE)
     node: NodeDoc = Field(default_factory=NodeDoc)
 
 
@@ -159,8 +161,8 @@ class ClusterSpecDoc(_Doc):
     # Uniform form (all None: 1 region x 4 racks x 18 nodes x 4 GB200 GPUs) ...
     regions: int | None = Field(None, ge=1, le=1024)
     racks_per_region: int | None = Field(None, ge=1, le=100_000)
-    nodes_per_rack: int | None = Field(None, ge=1, le=1024)
-    gpus_per_node: int | None = Field(None, ge=1, le=64)
+    nodes_per_rack: int | None = Field(None, ge=1, le=MAX_NODES_PER_RACK)
+    gpus_per_node: int | None = Field(None, ge=1, le=MAX_GPUS_PER_NODE)
     gpu_type: NonEmpty | None = None
     node: NodeDoc | None = None
     # ... or heterogeneous pools, one GPU model each.
