@@ -4,6 +4,9 @@ process or server is started and any Slurm runs; never a traceback, a hang or a 
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,3 +69,61 @@ def test_slurm_compare_refuses_a_typo_before_any_slurm_starts(args: list[str], s
     code, out, err = invoke("slurm", "compare", *args)
     assert code == 2 and out == ""
     assert says in one_error_line(err), err
+
+
+# ------------------------------------------------------------------------------------------ slurm -o FILE
+def _fake_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rackscale.model.topology import GPUCluster
+    from rackscale.slurm import importer
+
+    def fake(_slurm: object, *, name: str, gpu_model: str | None) -> GPUCluster:
+        return GPUCluster.uniform(name=name, racks_per_region=1, nodes_per_rack=2, gpu_model=gpu_model or "GB200")
+
+    monkeypatch.setattr(importer, "import_cluster", fake)
+
+
+BAD_OUTPUTS = [
+    ("{tmp}", "--output {tmp} is a directory: give a file path"),
+    ("", "--output . is a directory: give a file path"),
+    (
+        "{tmp}/no-such-folder/topology.conf",
+        "(No such file or directory): give a path in a writable folder",
+    ),
+    ("/dev/full", "--output /dev/full: cannot write it (No space left on device)"),
+]
+
+
+VERBS = [["slurm", "topology", "--racks", "1"], ["slurm", "import"]]
+
+
+@pytest.mark.parametrize("verb", VERBS, ids=["topology", "import"])
+@pytest.mark.parametrize(("path", "says"), BAD_OUTPUTS, ids=["directory", "empty", "no-folder", "dev-full"])
+def test_slurm_output_that_cannot_be_written_is_one_line(
+    verb: list[str], path: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if path == "/dev/full" and not os.path.exists(path):
+        pytest.skip("no /dev/full here")
+    _fake_import(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = invoke(*verb, "-o", path.format(tmp=tmp_path))
+    assert code == 2 and out == ""
+    assert says.format(tmp=tmp_path) in one_error_line(err), err
+
+
+def test_slurm_output_is_replaced_whole_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    conf = tmp_path / "topology.conf"
+    conf.write_text("SwitchName=kept Nodes=n[0-1]\n")
+    real = Path.write_text
+
+    def disk_full(self: Path, data: str, *args: object, **kwargs: object) -> int:
+        real(self, data[: len(data) // 2])  # half of it reaches the disk, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    code, _, err = invoke("slurm", "topology", "--racks", "2", "-o", str(conf))
+    monkeypatch.undo()
+    assert code == 2 and "cannot write it (No space left on device)" in one_error_line(err)
+    assert conf.read_text() == "SwitchName=kept Nodes=n[0-1]\n"  # the file Slurm reads is as it was
+    assert [p.name for p in tmp_path.iterdir()] == ["topology.conf"]  # no temporary file left behind
+    code, _, err = invoke("slurm", "topology", "--racks", "2", "-o", str(conf))
+    assert code == 0 and err == f"wrote {conf}\n" and "SwitchName=r001 " in conf.read_text()

@@ -3,6 +3,7 @@ rackscale-vs-``--switches`` comparison."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -15,11 +16,28 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
 
 
 def _write(text: str, out: Path | None) -> None:
+    """``text`` on stdout, or into ``out`` whole or not at all: a regular file (a topology.conf Slurm reads) is
+    replaced at once through a temporary file beside it, so a full disk never leaves it cut short; a device or
+    a pipe is written as it is. A path that cannot be written is one error line naming --output."""
     if out is None:
         typer.echo(text, nl=False)
-    else:
-        out.write_text(text)
-        err_console.print(f"wrote {out}", highlight=False)
+        return
+    if out.is_dir():
+        fail(f"--output {out} is a directory: give a file path, e.g. {out / 'topology.conf'}")
+    try:
+        if out.exists() and not out.is_file():
+            out.write_text(text)
+        else:
+            target = Path(os.path.realpath(out))  # through a symlink: the file it names is replaced
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            try:
+                tmp.write_text(text)
+                os.replace(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
+    except OSError as e:
+        fail(f"--output {out}: cannot write it ({e.strerror or e}): give a path in a writable folder that exists")
+    err_console.print(f"wrote {printable(str(out))}", highlight=False, markup=False)
 
 
 @app.command()
