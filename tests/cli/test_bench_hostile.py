@@ -127,3 +127,64 @@ def test_slurm_output_is_replaced_whole_or_not_at_all(tmp_path: Path, monkeypatc
     assert [p.name for p in tmp_path.iterdir()] == ["topology.conf"]  # no temporary file left behind
     code, _, err = invoke("slurm", "topology", "--racks", "2", "-o", str(conf))
     assert code == 0 and err == f"wrote {conf}\n" and "SwitchName=r001 " in conf.read_text()
+
+
+# ------------------------------------------------------------------------------------------ bench --philly
+@pytest.fixture
+def no_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A benchmark run started, or a trace read from something other than a regular file (a device is read
+    until memory runs out, a pipe without a writer for ever), fails the test instead."""
+    from rackscale import bench
+    from rackscale.bench import simulate
+    from rackscale.workloads import trace_rows
+
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("a benchmark run started on a bad --philly")
+
+    real = trace_rows.read_text
+
+    def regular_only(path: str | os.PathLike[str], what: str) -> tuple[str, str]:
+        if not os.path.isfile(path):
+            raise AssertionError(f"{path} was read as a trace")
+        return real(path, what)
+
+    monkeypatch.setattr(bench, "run_isolated", refuse)
+    monkeypatch.setattr(simulate, "run_isolated", refuse)
+    monkeypatch.setattr(trace_rows, "read_text", regular_only)
+
+
+def _philly(tmp_path: Path, kind: str) -> str:
+    p = tmp_path / "philly.csv"
+    if kind == "folder":
+        return str(tmp_path)
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "empty":
+        p.write_text("")
+    elif kind == "latin-1":
+        p.write_bytes(b"timestamp,duration,num_gpus,cluster\n2017-10-03 00:00:00,60,1,caf\xe9\n")
+    elif kind == "no-header":
+        p.write_text("2017-10-03 00:00:00,60,1,a\n")
+    else:
+        return kind  # a path as it is
+    return str(p)
+
+
+BAD_PHILLY = [
+    ("folder", "not a regular file (a folder, a device or a pipe)"),
+    ("/dev/zero", "/dev/zero: not a regular file"),
+    ("fifo", "not a regular file"),
+    ("empty", "empty file: no header line"),
+    ("latin-1", "not UTF-8 text"),
+    ("no-header", "the header lacks the columns"),
+]
+
+
+@pytest.mark.usefixtures("no_runs")
+@pytest.mark.parametrize("verb", [["simulate", "--scenario", "philly-speed"], ["predict"]], ids=["simulate", "predict"])
+@pytest.mark.parametrize(("kind", "says"), BAD_PHILLY, ids=[k for k, _ in BAD_PHILLY])
+def test_a_bad_philly_trace_is_one_line_before_any_run(verb: list[str], kind: str, says: str, tmp_path: Path) -> None:
+    code, out, err = invoke("bench", *verb, "--philly", _philly(tmp_path, kind))
+    assert code == 2 and out == ""
+    assert says in one_error_line(err), err
+    assert err.startswith("error: ")  # no progress bar's blank line before it

@@ -184,6 +184,10 @@ def run_predict_benchmark(
     path = philly or default_philly()
     if not path.exists():
         raise FileNotFoundError(f"no Philly trace at {path}; say where it is with --philly PATH")
+    if not path.is_file():  # a folder or a device (/dev/zero would be read until memory runs out)
+        from rackscale.workloads.philly import check_philly_file
+
+        check_philly_file(path)
     RuntimePredictor(quantile=quantile, min_history=min_history, recent=recent)  # refuses bad parameters early
     t0 = time.perf_counter()
     load = load_trace(f"philly:{path}")

@@ -199,6 +199,20 @@ def run_one(config: Result, progress: ChildProgress) -> Result:
     return out
 
 
+def check_philly_trace(scenarios: Iterable[str], philly: Path | None) -> Path:
+    """The Philly trace the scenarios read (``philly`` or :func:`default_philly`), checked once before any run
+    starts: a missing path is a ``FileNotFoundError``, a folder, a device or a header-less file a
+    :class:`~rackscale.model.spec_errors.SpecError` (a ``ValueError``), rather than a traceback from each run."""
+    trace = philly or default_philly()
+    if any(SCENARIOS.get(n, {}).get("trace") == "philly" for n in scenarios):
+        if not trace.exists():
+            raise FileNotFoundError(f"the Philly trace is not at {trace}; pass --philly PATH")
+        from rackscale.workloads.philly import check_philly_file
+
+        check_philly_file(trace)
+    return trace
+
+
 def run_simulation_benchmark(
     *,
     scenarios: Iterable[str] = DEFAULT_SCENARIOS,
@@ -223,11 +237,10 @@ def run_simulation_benchmark(
         raise ValueError(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
     trace = philly or default_philly()
     used = {n: _with_seeds(SCENARIOS[n], seeds) for n in names}
+    check_philly_trace(names, trace)
     configs: list[Result] = []  # one per run, in the report's order
     for name in names:
         scenario = used[name]
-        if scenario.get("trace") == "philly" and not trace.exists():
-            raise FileNotFoundError(f"the Philly trace is not at {trace}; pass --philly PATH")
         policies = goal_policies() if scenario["policies"] == "goals" else scenario["policies"]
         for policy in policies:
             for seed in scenario.get("seeds") or [None]:

@@ -241,7 +241,7 @@ def simulate(
     """
     from pathlib import Path
 
-    from rackscale.bench.simulate import DEFAULT_SCENARIOS, SCENARIOS, run_simulation_benchmark
+    from rackscale.bench.simulate import DEFAULT_SCENARIOS, SCENARIOS, check_philly_trace, run_simulation_benchmark
 
     err = Console(stderr=True)
 
@@ -249,6 +249,10 @@ def simulate(
     bad = [n for n in names if n not in SCENARIOS]
     if bad:
         fail(f"unknown scenario {', '.join(bad)}; choose from {', '.join(SCENARIOS)}")
+    try:
+        check_philly_trace(names, Path(philly) if philly else None)  # before the progress bars: one line
+    except (FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from rackscale.model.spec_docs import MAX_UNITS
-from rackscale.model.spec_errors import SpecProblem
+from rackscale.model.spec_errors import SpecError, SpecProblem
 from rackscale.model.workload import CommProfile, JobKind, JobSpec, Resources, TopologyConstraint
 from rackscale.workloads.generic import OnError, RowCheck, TraceLoad, TraceOptions, open_csv
 
-__all__ = ["PHILLY_CHECKPOINT_S", "PHILLY_COLUMNS", "load_philly", "philly_comm"]
+__all__ = ["PHILLY_CHECKPOINT_S", "PHILLY_COLUMNS", "check_philly_file", "load_philly", "philly_comm"]
 
 PHILLY_COLUMNS: tuple[str, ...] = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 _REQUIRED = ("timestamp", "duration", "num_gpus", "cluster")
@@ -42,6 +42,16 @@ _Record = tuple[float, tuple[int, float, int, str]]
 def philly_comm(gpus: int) -> CommProfile:
     """Bytes all-reduced per step grow with the square root of the job's size (the model's)."""
     return CommProfile(bytes_per_step=8e8 * math.sqrt(max(1, gpus)), compute_s_per_step=0.5)
+
+
+def check_philly_file(path: str | os.PathLike[str]) -> None:
+    """A :class:`SpecError` unless ``path`` is a regular file that starts with a Philly header: a folder, a
+    device (``/dev/zero`` would be read for ever), a pipe, an empty or non-UTF-8 file is said before a benchmark
+    starts its runs on it."""
+    if not os.path.isfile(path):
+        fix = "give the path of the Philly CSV file itself (../shared/traces/philly/philly.csv)"
+        raise SpecError([SpecProblem((), "not a regular file (a folder, a device or a pipe)", fix)], os.fspath(path))
+    open_csv(path, what="Philly", required=_REQUIRED)
 
 
 def load_philly(
