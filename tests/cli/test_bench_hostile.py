@@ -188,3 +188,48 @@ def test_a_bad_philly_trace_is_one_line_before_any_run(verb: list[str], kind: st
     assert code == 2 and out == ""
     assert says in one_error_line(err), err
     assert err.startswith("error: ")  # no progress bar's blank line before it
+
+
+# ------------------------------------------------------------------------------------------ bench service
+@pytest.fixture
+def no_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A served process started (or a load sized) before the options were checked fails the test."""
+    from rackscale.bench import service, service_scale
+
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("the benchmark started before its options were checked")
+
+    monkeypatch.setattr(service, "run_service_benchmark", refuse)
+    monkeypatch.setattr(service_scale, "run_scale_benchmark", refuse)
+
+
+BENCH_SERVICE = [
+    (["--jobs", "1000000000000"], "--jobs must be at most 10000000"),
+    (["--backlog", HUGE], "--backlog must be at most 10000000"),
+    (["--concurrency", "1000000000"], "--concurrency must be at most 1024"),
+    (["--workers", "1000000"], "--workers must be at most 64"),
+    (["--speed", "0"], "--speed must be at least 0.001"),
+    (["--speed", "-1"], "--speed must be at least 0.001"),
+    (["--speed", "nan"], "--speed must be at least 0.001"),
+    (["--speed", "inf"], "--speed must be a finite number (got inf)"),
+    (["--rate", "inf"], "--rate must be a finite number (got inf)"),
+    (["--duration-limit", "inf"], "--duration-limit must be at most 315576000"),
+    (["--duration-limit", "1e308"], "--duration-limit must be at most 315576000"),
+    (["--backlog", "10", "--list-every", "inf"], "--list-every must be a finite number (got inf)"),
+    (["-o", "yaml"], "--output must be table or json (got 'yaml')"),
+    (["--durability", "FULL"], "--durability must be normal or full (got 'FULL')"),
+    (["--durability", ""], "--durability must be normal or full (got '')"),
+    (["--backlog", "10", "--crash-after", "5"], "--crash-after is for the load mode; --backlog measures the scale"),
+    (["--backlog", "10", "--jobs", "5"], "--jobs is for the load mode"),
+    (["--backlog", "10", "--durability", "full"], "--durability is for the load mode"),
+    (["--page-loads", "0"], "--page-loads is for the scale mode: give --backlog N too, or drop it"),
+    (["--cycle-max-busy", "0.5"], "--cycle-max-busy is for the scale mode"),
+]
+
+
+@pytest.mark.usefixtures("no_server")
+@pytest.mark.parametrize(("args", "says"), BENCH_SERVICE, ids=[" ".join(a)[:40] for a, _ in BENCH_SERVICE])
+def test_bench_service_refuses_a_typo_before_any_server_starts(args: list[str], says: str) -> None:
+    code, out, err = invoke("bench", "service", *args)
+    assert code == 2 and out == ""
+    assert says in one_error_line(err), err

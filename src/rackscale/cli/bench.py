@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Any
 
 import typer
@@ -18,14 +19,20 @@ from rackscale.bench.placement import (
     check_targets,
     run_benchmark,
 )
+from rackscale.cli.common import given_options
 from rackscale.cli.output import fail
+from rackscale.loadgen.settings import MAX_CONCURRENCY
 from rackscale.model.specs import MAX_NVL72_RACKS
 from rackscale.scheduler import PROFILES
+from rackscale.sim.records import DEFAULT_HORIZON_S
+from rackscale.sweep.spec import MAX_SYNTHETIC_JOBS
 
 app = typer.Typer(help="Benchmarks of the scheduling core: placement latency, throughput and memory at scale.")
 
 QUICK_DECISIONS = 300
 QUICK_PENDING = 200
+MAX_WORKERS = 64  # processes a benchmark starts at once (simulate's runs, service's clients)
+MIN_SPEED = 0.001  # `rackscale serve --speed`'s own bound: the served clock may run this slow, no slower
 
 
 @app.callback()
@@ -212,7 +219,7 @@ def simulate(
         typer.Option(
             "--workers",
             min=1,
-            max=64,
+            max=MAX_WORKERS,
             help="Runs at once, each in its own process (default 1). The KPIs are the same; the timings are then "
             "measured beside the other runs.",
         ),
@@ -385,12 +392,22 @@ def _cycle_rows(c: dict[str, float] | None) -> list[tuple[str, str, str]]:
     ]
 
 
+LOAD_ONLY = ("jobs", "crash_after", "durability")  # the load (and crash) mode's: the scale mode has its own
+SCALE_ONLY = ("page_loads", "list_every", "cycle_max_busy")  # the scale mode's (--backlog): the load has none
+
+
 @app.command()
 def service(
-    jobs: Annotated[int, typer.Option("--jobs", help="Job submissions to send (at most).", min=1)] = 20_000,
-    concurrency: Annotated[int, typer.Option("--concurrency", help="Keep-alive connections in all.", min=1)] = 32,
+    ctx: typer.Context,
+    jobs: Annotated[
+        int, typer.Option("--jobs", help="Job submissions to send (at most).", min=1, max=MAX_SYNTHETIC_JOBS)
+    ] = 20_000,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", help="Keep-alive connections in all.", min=1, max=MAX_CONCURRENCY)
+    ] = 32,
     duration_limit: Annotated[
-        float, typer.Option("--duration-limit", help="Stop sending after this many seconds.", min=1)
+        float,
+        typer.Option("--duration-limit", help="Stop sending after this many seconds.", min=1, max=DEFAULT_HORIZON_S),
     ] = 60.0,
     crash_after: Annotated[
         int | None,
@@ -400,8 +417,12 @@ def service(
     racks: Annotated[
         int, typer.Option("--racks", help="NVL72 racks of the served cluster.", min=1, max=MAX_BENCH_GPUS // 72)
     ] = 16,
-    speed: Annotated[float, typer.Option("--speed", help="Service clock speed (jobs' durations / speed).")] = 100.0,
-    workers: Annotated[int, typer.Option("--workers", help="Client processes sharing the connections.", min=1)] = 2,
+    speed: Annotated[
+        float, typer.Option("--speed", help="Service clock speed (jobs' durations / speed).", min=MIN_SPEED)
+    ] = 100.0,
+    workers: Annotated[
+        int, typer.Option("--workers", help="Client processes sharing the connections.", min=1, max=MAX_WORKERS)
+    ] = 2,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the job mix.")] = 0,
     rate: Annotated[
         float,
@@ -419,6 +440,7 @@ def service(
             help="Scale mode: first fill the cluster and leave this many jobs pending, then measure under the "
             "paced load (--rate, default 1,000/s; --duration-limit s) cycles, GET /v1/jobs, /metrics, the page, RSS.",
             min=0,
+            max=MAX_SYNTHETIC_JOBS,
         ),
     ] = 0,
     page_loads: Annotated[
@@ -458,9 +480,17 @@ def service(
     from rackscale.bench.service import run_service_benchmark
 
     err = Console(stderr=True)
-    if durability not in ("normal", "full") or output not in ("table", "json"):
-        err.print("[red]error:[/] --durability takes normal or full; -o takes table or json")
-        raise typer.Exit(2)
+    if durability not in ("normal", "full"):
+        fail(f"--durability must be normal or full (got {durability!r})")
+    if output not in ("table", "json"):
+        fail(f"--output must be table or json (got {output!r})")
+    if backlog and (ignored := given_options(ctx, LOAD_ONLY)):
+        fail(f"{ignored[0]} is for the load mode; --backlog measures the scale mode, which ignores it: drop one")
+    if not backlog and (ignored := given_options(ctx, SCALE_ONLY)):
+        fail(f"{ignored[0]} is for the scale mode: give --backlog N too, or drop it")
+    for name, value in (("--speed", speed), ("--rate", rate), ("--list-every", list_every)):
+        if not math.isfinite(value):  # their mins refuse NaN; infinity would pace, clock or list nothing
+            fail(f"{name} must be a finite number (got {value:g})")
     if backlog:
         _service_scale(
             racks,
