@@ -233,3 +233,20 @@ def test_bench_service_refuses_a_typo_before_any_server_starts(args: list[str], 
     code, out, err = invoke("bench", "service", *args)
     assert code == 2 and out == ""
     assert says in one_error_line(err), err
+
+
+# ------------------------------------------------------------------------------------------ bench perf-peer
+PERF_PEER = [
+    (["--venv", ""], "--venv is empty: give the peer's virtualenv folder"),
+    (["--venv", "  ", "--install"], "--venv is empty"),
+    (["--venv", "/dev/zero", "--install"], "cannot make a virtualenv at /dev/zero (--venv)"),
+    (["--venv", "{tmp}/missing"], "make the venv with --install (about 850 MB), or give --venv PATH"),
+]
+
+
+@pytest.mark.parametrize(("args", "says"), PERF_PEER, ids=[" ".join(a) for a, _ in PERF_PEER])
+def test_bench_perf_peer_venv_is_checked_in_one_line(args: list[str], says: str, tmp_path: Path) -> None:
+    code, out, err = invoke("bench", "perf-peer", *(a.format(tmp=tmp_path) for a in args))
+    assert code == 2 and out == ""
+    said = "".join(line for line in err.splitlines(keepends=True) if not line.startswith("creating a virtualenv"))
+    assert says in one_error_line(said), err

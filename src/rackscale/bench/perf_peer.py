@@ -202,7 +202,7 @@ def script_args(config: PeerConfig, **extra: Any) -> dict[str, Any]:
 def _run_script(venv: Path, args: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
     python = _python(venv)
     if not python.exists():
-        raise PeerError(f"no Python at {python}: make the venv with ensure_venv({str(venv)!r}) first")
+        raise PeerError(f"no Python at {python}: make the venv with --install (about 850 MB), or give --venv PATH")
     try:
         proc = subprocess.run(
             [str(python), "-c", SCRIPT, json.dumps(args)], capture_output=True, text=True, timeout=timeout_s
@@ -254,7 +254,10 @@ def ensure_venv(path: Path) -> Path:
             return path
     else:
         print(f"creating a virtualenv at {path}", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+        made = subprocess.run([sys.executable, "-m", "venv", str(path)], capture_output=True, text=True)
+        if made.returncode != 0:  # a file, a device, a folder that cannot be written: say so, no traceback
+            tail = (made.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            raise PeerError(f"cannot make a virtualenv at {path} (--venv): {tail}")
     print(f"installing aiconfigurator=={AIC_VERSION} into {path} (about 850 MB installed)", file=sys.stderr)
     pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", f"aiconfigurator=={AIC_VERSION}"]
     done = subprocess.run(pip, stdout=sys.stderr)

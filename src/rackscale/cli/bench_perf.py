@@ -198,6 +198,8 @@ def bench_perf_peer(
     from rackscale.bench.perf_peer_ours import ours
     from rackscale.cli.output import fail
 
+    if not venv.strip():  # Path("") is the current folder: --install would make the venv there
+        fail("--venv is empty: give the peer's virtualenv folder (default ~/.cache/rackscale/aiconfigurator-venv)")
     path = Path(venv).expanduser()
     rows: list[dict[str, Any]] = []
     try:
