@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -20,7 +22,15 @@ from hypothesis import strategies as st
 
 from rackscale.model.spec_errors import SpecError
 from rackscale.model.workload import BUILTIN_PRIORITY_CLASSES, JobKind, JobSpec, batch, inference, training
-from rackscale.workloads import TraceLoad, load_alibaba_nodes, load_alibaba_pods, load_generic, load_philly, load_trace
+from rackscale.workloads import (
+    TraceLoad,
+    load_alibaba_nodes,
+    load_alibaba_pods,
+    load_generic,
+    load_philly,
+    load_trace,
+    trace_rows,
+)
 from rackscale.workloads.philly import PHILLY_CHECKPOINT_S, philly_comm
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
@@ -413,6 +423,27 @@ def test_a_directory_or_binary_file_is_a_spec_error(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(SpecError, match="not UTF-8"):
         load_philly(binary)
+
+
+@pytest.mark.parametrize("loader", [load_philly, load_alibaba_pods, load_generic], ids=["philly", "pods", "generic"])
+def test_a_device_is_refused_and_a_pipe_read_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loader: object
+) -> None:
+    """/dev/zero was read until memory ran out; a pipe (``<(zcat trace.csv.gz)``) is read, bounded."""
+    with pytest.raises(SpecError, match="is a device, not a file"):
+        loader("/dev/zero")  # type: ignore[operator]
+    monkeypatch.setattr(trace_rows, "MAX_TRACE_BYTES", 1000)
+    big = tmp_path / "big.csv"
+    big.write_text("timestamp,duration,num_gpus,cluster\n" + "0,1,1,a\n" * 200)
+    with pytest.raises(SpecError, match="larger than"):  # a regular file: by its size, unread
+        loader(big)  # type: ignore[operator]
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(big.read_text()), daemon=True)
+    writer.start()
+    with pytest.raises(SpecError, match="larger than"):  # a pipe: by what it gives
+        loader(fifo)  # type: ignore[operator]
+    writer.join(timeout=10)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import difflib
 import io
 import math
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -27,12 +28,35 @@ class _Reader(Protocol):
     def __next__(self) -> list[str]: ...
 
 
+# A trace file's bytes at most: ten times the largest public GPU trace's job table (Alibaba PAI 2020's
+# ~100 MB), and 10 million rows of ~100 bytes, the synthetic mix's bound. A device (/dev/zero) was read until
+# memory ran out.
+MAX_TRACE_BYTES = 1 << 30
+
+
+def _too_big(what: str) -> SpecProblem:
+    return SpecProblem(
+        (), f"the {what} is larger than {MAX_TRACE_BYTES >> 20:,} MiB", "give a part of it (a range of days)"
+    )
+
+
 def read_text(path: str | os.PathLike[str], what: str) -> tuple[str, str]:
-    """``(source, text)`` of the file at ``path``; a :class:`SpecError` with a fix if it cannot be read."""
+    """``(source, text)`` of the file at ``path``; a :class:`SpecError` with a fix if it cannot be read. A
+    regular file or a pipe (``<(zcat trace.csv.gz)``), at most :data:`MAX_TRACE_BYTES`; a device is refused
+    (``/dev/zero`` never ends)."""
     source = os.fspath(path)
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
-            return source, f.read()
+            st = os.fstat(f.fileno())
+            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+                fix = f"give the path of the {what} file itself"
+                raise SpecError([SpecProblem((), "is a device, not a file", fix)], source)
+            if st.st_size > MAX_TRACE_BYTES:  # a regular file's size is known before reading it
+                raise SpecError([_too_big(what)], source)
+            text = f.read(MAX_TRACE_BYTES + 1)  # a pipe's is not: a bounded read (characters <= bytes)
+            if len(text) > MAX_TRACE_BYTES:
+                raise SpecError([_too_big(what)], source)
+            return source, text
     except FileNotFoundError:
         fix = f"check the path (relative paths start at {os.getcwd()}); the public traces are in ../shared/traces/"
         problem = SpecProblem((), "file not found", fix)
