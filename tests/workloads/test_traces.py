@@ -22,15 +22,7 @@ from hypothesis import strategies as st
 
 from rackscale.model.spec_errors import SpecError
 from rackscale.model.workload import BUILTIN_PRIORITY_CLASSES, JobKind, JobSpec, batch, inference, training
-from rackscale.workloads import (
-    TraceLoad,
-    load_alibaba_nodes,
-    load_alibaba_pods,
-    load_generic,
-    load_philly,
-    load_trace,
-    trace_rows,
-)
+from rackscale.workloads import TraceLoad, load_alibaba_nodes, load_alibaba_pods, load_generic, load_philly, load_trace
 from rackscale.workloads.philly import PHILLY_CHECKPOINT_S, philly_comm
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
@@ -432,7 +424,7 @@ def test_a_device_is_refused_and_a_pipe_read_bounded(
     """/dev/zero was read until memory ran out; a pipe (``<(zcat trace.csv.gz)``) is read, bounded."""
     with pytest.raises(SpecError, match="is a device, not a file"):
         loader("/dev/zero")  # type: ignore[operator]
-    monkeypatch.setattr(trace_rows, "MAX_TRACE_BYTES", 1000)
+    monkeypatch.setattr("rackscale.workloads.trace_rows.MAX_TRACE_BYTES", 1000)
     big = tmp_path / "big.csv"
     big.write_text("timestamp,duration,num_gpus,cluster\n" + "0,1,1,a\n" * 200)
     with pytest.raises(SpecError, match="larger than"):  # a regular file: by its size, unread
