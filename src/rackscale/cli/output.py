@@ -8,7 +8,7 @@ import re
 import sys
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console, ConsoleDimensions
@@ -71,6 +71,15 @@ class OutputFormat(StrEnum):
     yaml = "yaml"
 
 
+# A report's ``-o`` and its ``--json`` (the ``bench`` verbs, ``slurm compare``): one spelling and one help line
+# for all of them. --json stays for the scripts and docs that use it; chosen_format says how the two combine.
+ReportOutputOpt = Annotated[
+    OutputFormat,
+    typer.Option("--output", "-o", help="table (default), json or yaml (the JSON document, as YAML)."),
+]
+ReportJsonOpt = Annotated[bool, typer.Option("--json", help="Same as -o json: only the JSON report on stdout.")]
+
+
 def emit(data: Any, fmt: OutputFormat, *, columns: Sequence[str] | None = None, title: str | None = None) -> None:
     """Print ``data`` (a list of row dicts, or any JSON-able value) in the chosen format.
 
@@ -110,9 +119,33 @@ def fail(message: str, *, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def chosen_format(output: OutputFormat, as_json: bool) -> OutputFormat:
+def chosen_format(output: OutputFormat, as_json: bool, *, ctx: typer.Context | None = None) -> OutputFormat:
     """``--json`` is ``-o json``: with ``-o yaml`` (or any other) too, the two disagree, and one line says so
-    rather than one of them being dropped without a word."""
-    if as_json and output not in (OutputFormat.table, OutputFormat.json):
+    rather than one of them being dropped without a word.
+
+    ``-o table`` is the default, so without ``ctx`` it cannot be told from no ``-o`` at all and ``--json``
+    wins; with the command's ``ctx``, an ``-o table`` typed on the command line is refused beside ``--json``
+    as well. (The option must be the parameter named ``output``.)"""
+    typed = ctx is not None and _from_command_line(ctx, "output")
+    if as_json and output is not OutputFormat.json and (typed or output is not OutputFormat.table):
         fail(f"--json means -o json, and -o {output.value} was given too: give one of them")
     return OutputFormat.json if as_json else output
+
+
+def _from_command_line(ctx: typer.Context, name: str) -> bool:
+    # By the source's name: typer ships its own copy of click, whose ParameterSource is not click's.
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def emit_document(data: Any, fmt: OutputFormat) -> None:
+    """Print a report (a benchmark's) as JSON or YAML, the same document either way.
+
+    JSON is :func:`emit`'s, byte for byte. YAML is ``yaml.safe_dump`` of what that JSON reads back as, not of
+    ``data`` itself: a tuple is a list and a non-string key a string in both (safe_dump would refuse a tuple
+    and keep an ``int`` key an ``int``), and only plain YAML comes out, never a Python tag. Non-finite floats
+    stay numbers: JSON writes ``NaN``/``Infinity`` (Python's reading of JSON, as the reports always have),
+    YAML its own ``.nan``/``.inf``, and both read back as the same float."""
+    if fmt is OutputFormat.yaml:
+        data = json.loads(json.dumps(data, default=str))
+    emit(data, fmt)
