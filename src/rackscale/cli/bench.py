@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Annotated, Any
 
@@ -20,7 +19,14 @@ from rackscale.bench.placement import (
     run_benchmark,
 )
 from rackscale.cli.common import given_options
-from rackscale.cli.output import fail
+from rackscale.cli.output import (
+    OutputFormat,
+    ReportJsonOpt,
+    ReportOutputOpt,
+    chosen_format,
+    emit_document,
+    fail,
+)
 from rackscale.loadgen.settings import MAX_CONCURRENCY
 from rackscale.model.specs import MAX_NVL72_RACKS
 from rackscale.scheduler import PROFILES
@@ -41,7 +47,7 @@ def _bench() -> None:
 
 
 class _ProgressView:
-    """One progress bar per configuration, on stderr (stdout stays clean for ``--json``)."""
+    """One progress bar per configuration, on stderr (stdout stays clean for ``-o json``)."""
 
     def __init__(self, progress: Progress) -> None:
         self._progress = progress
@@ -118,6 +124,7 @@ MAX_BENCH_GPUS = MAX_NVL72_RACKS * 72  # a cluster spec's bound: past it the ben
 
 @app.command()
 def placement(
+    ctx: typer.Context,
     gpus: Annotated[
         list[int] | None,
         typer.Option(
@@ -147,18 +154,20 @@ def placement(
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the job stream.")] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+    as_json: ReportJsonOpt = False,
     quick: Annotated[bool, typer.Option("--quick", help="Small clusters and few decisions (for tests).")] = False,
+    output: ReportOutputOpt = OutputFormat.table,
 ) -> None:
     """Time placement decisions on a ~90 % full cluster of NVL72 racks, per cluster size and policy.
 
     Examples:
 
       rackscale bench placement --quick
-      rackscale bench placement --gpus 10000 --policy rackscale --policy slurm-tree --json > bench.json
+      rackscale bench placement --gpus 10000 --policy rackscale --policy slurm-tree -o json > bench.json
 
     Without --quick a run takes minutes (20,000 decisions per config on 10,000 and 100,000 GPUs).
     """
+    fmt = chosen_format(output, as_json, ctx=ctx)  # before the run: a conflict is said at once
     policies = policy or list(DEFAULT_POLICIES)
     for name in policies:
         if name not in PROFILES:
@@ -183,14 +192,15 @@ def placement(
             seed=seed,
             progress=_ProgressView(progress),
         )
-    if as_json:
-        print(json.dumps(result, indent=2))
-    else:
+    if fmt is OutputFormat.table:
         render(result, console=Console())
+    else:
+        emit_document(result, fmt)
 
 
 @app.command()
 def simulate(
+    ctx: typer.Context,
     scenario: Annotated[
         list[str] | None,
         typer.Option(
@@ -224,7 +234,8 @@ def simulate(
             "measured beside the other runs.",
         ),
     ] = 1,
-    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+    as_json: ReportJsonOpt = False,
+    output: ReportOutputOpt = OutputFormat.table,
 ) -> None:
     """Simulator speed (events/s, wall time, peak memory) and quality (idle rate, intra-rack share, mean
     JCT) of rackscale vs first-fit on the Philly trace and the synthetic default.
@@ -232,7 +243,7 @@ def simulate(
     Examples:
 
       rackscale bench simulate --scenario philly-speed
-      rackscale bench simulate --scenario synthetic --scenario million --json > sim-bench.json
+      rackscale bench simulate --scenario synthetic --scenario million -o json > sim-bench.json
 
       rackscale bench simulate --scenario goals-synthetic --scenario goals-philly-x4
 
@@ -251,7 +262,7 @@ def simulate(
     from rackscale.bench.simulate import DEFAULT_SCENARIOS, SCENARIOS, check_philly_trace, run_simulation_benchmark
 
     err = Console(stderr=True)
-
+    fmt = chosen_format(output, as_json, ctx=ctx)  # before the runs: a conflict is said at once
     names = scenario or list(DEFAULT_SCENARIOS)
     bad = [n for n in names if n not in SCENARIOS]
     if bad:
@@ -295,8 +306,8 @@ def simulate(
         except (FileNotFoundError, ValueError) as exc:
             bar.stop()
             fail(str(exc))
-    if as_json:
-        print(json.dumps(result, indent=2))
+    if fmt is not OutputFormat.table:
+        emit_document(result, fmt)
         return
     table = Table(title="rackscale bench simulate")
     keys = ("jobs", "sim_s", "events_per_s", "peak_rss_mb", "idle_rate", "intra_rack_traffic_share", "mean_jct_s")
@@ -340,6 +351,7 @@ def _fmt_sim(v: Any) -> str:
 
 @app.command()
 def predict(
+    ctx: typer.Context,
     philly: Annotated[
         str | None, typer.Option("--philly", help="Path of philly.csv (default ../shared/traces/philly/philly.csv).")
     ] = None,
@@ -348,7 +360,8 @@ def predict(
     ] = 0.5,
     min_history: Annotated[int, typer.Option("--min-history", help="Jobs a group needs to answer.", min=1)] = 4,
     recent: Annotated[int, typer.Option("--recent", help="Age history every ~N jobs per group; 0: never.", min=0)] = 32,
-    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+    as_json: ReportJsonOpt = False,
+    output: ReportOutputOpt = OutputFormat.table,
 ) -> None:
     """Prediction error of the runtime predictor replayed online on Philly (each job predicted from the
     jobs that ended before it was submitted), vs the running median and the queue's last job.
@@ -356,20 +369,21 @@ def predict(
     Examples:
 
       rackscale bench predict
-      rackscale bench predict --quantile 0.8 --json > predict.json
+      rackscale bench predict --quantile 0.8 -o json > predict.json
     """
     from pathlib import Path
 
     from rackscale.bench.predict import PREDICTORS, rows, run_predict_benchmark
 
+    fmt = chosen_format(output, as_json, ctx=ctx)  # before the replay: a conflict is said at once
     try:
         result = run_predict_benchmark(
             philly=Path(philly) if philly else None, quantile=quantile, min_history=min_history, recent=recent or None
         )
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
-    if as_json:
-        print(json.dumps(result, indent=2))
+    if fmt is not OutputFormat.table:
+        emit_document(result, fmt)
         return
     table = Table(title=f"rackscale bench predict: {result['jobs']:,} Philly jobs, |ln(pred/actual)| and more")
     table.add_column("metric")
@@ -463,7 +477,8 @@ def service(
             max=1.0,
         ),
     ] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+    output: ReportOutputOpt = OutputFormat.table,
+    as_json: ReportJsonOpt = False,
 ) -> None:
     """Load (and crash) `rackscale serve` over loopback: submissions/s, submit latency, placements; with
     --crash-after, kill -9 mid-load, restart and verify that no acknowledged job was lost.
@@ -482,8 +497,7 @@ def service(
     err = Console(stderr=True)
     if durability not in ("normal", "full"):
         fail(f"--durability must be normal or full (got {durability!r})")
-    if output not in ("table", "json"):
-        fail(f"--output must be table or json (got {output!r})")
+    fmt = chosen_format(output, as_json, ctx=ctx)
     if backlog and (ignored := given_options(ctx, LOAD_ONLY)):
         fail(f"{ignored[0]} is for the load mode; --backlog measures the scale mode, which ignores it: drop one")
     if not backlog and (ignored := given_options(ctx, SCALE_ONLY)):
@@ -504,7 +518,7 @@ def service(
             page_loads,
             list_every,
             cycle_max_busy,
-            output,
+            fmt,
             err,
         )
         return
@@ -521,10 +535,10 @@ def service(
         rate=rate,
         log=lambda msg: err.print(msg, highlight=False),
     )
-    if output == "json":
-        print(json.dumps(result, indent=2))
-    else:
+    if fmt is OutputFormat.table:
         _render_service(result, Console())
+    else:
+        emit_document(result, fmt)
     if not result["ok"]:
         raise typer.Exit(1)
 
@@ -541,7 +555,7 @@ def _service_scale(
     page_loads: int,
     list_every: float,
     cycle_max_busy: float | None,
-    output: str,
+    fmt: OutputFormat,
     err: Console,
 ) -> None:
     import os
@@ -568,8 +582,8 @@ def _service_scale(
         chromium=chromium,
         log=lambda msg: err.print(msg, highlight=False),
     )
-    if output == "json":
-        print(json.dumps(result, indent=2))
+    if fmt is not OutputFormat.table:
+        emit_document(result, fmt)
     else:
         table = Table(
             title=f"Service at scale: {racks:,} racks, backlog {backlog:,}, paced at {rate:,.0f}/s, "

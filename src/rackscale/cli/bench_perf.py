@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from rackscale.cli.output import OutputFormat, console, emit
+from rackscale.cli.output import (
+    OutputFormat,
+    ReportJsonOpt,
+    ReportOutputOpt,
+    chosen_format,
+    console,
+    emit_document,
+)
 
 
 def bench_perf(
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-    repeat: int = typer.Option(5, "--repeat", min=1, max=100, help="Curves timed for the speed figure."),
+    ctx: typer.Context,
+    as_json: ReportJsonOpt = False,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, max=100, help="Curves timed for the speed figure.")] = 5,
+    output: ReportOutputOpt = OutputFormat.table,
 ) -> None:
     """Reproduce the published figures (docs/perf.md) and time one serving curve.
 
@@ -23,12 +32,23 @@ def bench_perf(
     time of a `perf serve` curve (DeepSeek-R1 FP4 on GB200 NVL72, every plan and batch), the median of --repeat
     runs.
 
-    Example: rackscale bench perf --json
+    Example: rackscale bench perf -o json
     """
+    fmt = chosen_format(output, as_json, ctx=ctx)
+    payload = perf_report(repeat=repeat)
+    if fmt is not OutputFormat.table:
+        emit_document(payload, fmt)
+        return
+    _render_perf(payload, repeat=repeat)
+
+
+def perf_report(*, repeat: int) -> dict[str, Any]:
+    """``bench perf``'s document: the figures, the replayed runs, training and the speed of --repeat curves.
+
+    (Its own function so that the CLI's output can be tested on a fixed document: the speed is a timing.)"""
     from rackscale.bench.perf_figures import (
         KNOWN_MISSES,
         KNOWN_RUN_MISSES,
-        RUN_ERROR,
         iso_conditioning,
         run_results,
         serving_results,
@@ -109,10 +129,13 @@ def bench_perf(
         evaluated = curve.evaluated
     times.sort()
     speed = {"curve_s_median": times[len(times) // 2], "points_evaluated": evaluated}
-    payload = {"serving": rows, "runs": runs, "training": training, "speed": speed}
-    if as_json:
-        emit(payload, OutputFormat.json)
-        return
+    return {"serving": rows, "runs": runs, "training": training, "speed": speed}
+
+
+def _render_perf(payload: dict[str, Any], *, repeat: int) -> None:
+    from rackscale.bench.perf_figures import RUN_ERROR
+
+    rows, runs, training, speed = payload["serving"], payload["runs"], payload["training"], payload["speed"]
     rtable = Table(title="InferenceX's runs, each recipe replayed (tok/s/user; tok/s/GPU counts input + output)")
     columns = ("run", "decode", "MTP", "tok/s/user pub / model", "error", "tok/s/GPU pub / model", "error")
     for col in (*columns, "step ms, dominant"):
@@ -167,7 +190,7 @@ def bench_perf(
         )
     console.print(ttable)
     console.print(
-        f"speed: one serving curve (DeepSeek-R1 FP4, GB200 NVL72, {evaluated} plan x batch points) in "
+        f"speed: one serving curve (DeepSeek-R1 FP4, GB200 NVL72, {speed['points_evaluated']} plan x batch points) in "
         f"{speed['curve_s_median'] * 1e3:.0f} ms (median of {repeat})"
     )
 
@@ -179,11 +202,15 @@ def _sway(conditioning: float | None) -> str:
 
 
 def bench_perf_peer(
-    venv: str = typer.Option(
-        "~/.cache/rackscale/aiconfigurator-venv", "--venv", help="The peer's own virtualenv (never the project's)."
-    ),
-    install: bool = typer.Option(False, "--install", help="Create the venv and pip-install the pinned peer."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    ctx: typer.Context,
+    venv: Annotated[
+        str, typer.Option("--venv", help="The peer's own virtualenv (never the project's).")
+    ] = "~/.cache/rackscale/aiconfigurator-venv",
+    install: Annotated[
+        bool, typer.Option("--install", help="Create the venv and pip-install the pinned peer.")
+    ] = False,
+    as_json: ReportJsonOpt = False,
+    output: ReportOutputOpt = OutputFormat.table,
 ) -> None:
     """Side by side with NVIDIA's aiconfigurator on identical fixed plans (docs/benchmarks.md).
 
@@ -198,6 +225,7 @@ def bench_perf_peer(
     from rackscale.bench.perf_peer_ours import ours
     from rackscale.cli.output import fail
 
+    fmt = chosen_format(output, as_json, ctx=ctx)  # before the venv is made (850 MB) or the peer runs
     if not venv.strip():  # Path("") is the current folder: --install would make the venv there
         fail("--venv is empty: give the peer's virtualenv folder (default ~/.cache/rackscale/aiconfigurator-venv)")
     path = Path(venv).expanduser()
@@ -211,8 +239,8 @@ def bench_perf_peer(
             )
     except PeerError as exc:
         fail(str(exc))
-    if as_json:
-        emit({"aiconfigurator_version": AIC_VERSION, "rows": rows}, OutputFormat.json)
+    if fmt is not OutputFormat.table:
+        emit_document({"aiconfigurator_version": AIC_VERSION, "rows": rows}, fmt)
         return
     table = Table(title=f"rackscale vs aiconfigurator {AIC_VERSION} (same plan, aggregated, ISL/OSL 1024)")
     for col in ("plan", "tok/s/GPU aic / ours", "tok/s/user aic / ours", "decode step ms aic / ours", "ours: dominant"):
