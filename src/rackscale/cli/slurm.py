@@ -10,7 +10,16 @@ from typing import Annotated
 import typer
 
 from rackscale.cli.common import RACKS_HELP, resolve_cluster
-from rackscale.cli.output import OutputFormat, emit, err_console, fail, printable
+from rackscale.cli.output import (
+    OutputFormat,
+    ReportJsonOpt,
+    ReportOutputOpt,
+    chosen_format,
+    emit_document,
+    err_console,
+    fail,
+    printable,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
@@ -143,6 +152,7 @@ def _check_compare_bounds(jobs: int, spread: float, racks: int, rack_nodes: int,
 
 @app.command()
 def compare(
+    ctx: typer.Context,
     jobs: Annotated[int, typer.Option("--jobs", help="Gangs in the sequence.", min=1)] = 40,
     seed: Annotated[int, typer.Option(help="Seed of the job mix.")] = 0,
     spread: Annotated[float, typer.Option(help="Arrivals spread over this many seconds.", min=0)] = 8.0,
@@ -168,7 +178,8 @@ def compare(
         int | None, typer.Option("--rack-nodes", min=1, help="Emulated: nodes per rack (tree 4, block 18).")
     ] = None,
     node_gpus: Annotated[int | None, typer.Option("--node-gpus", min=1, help="Emulated: GPUs per node (4).")] = None,
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, json or yaml.")] = OutputFormat.table,
+    output: ReportOutputOpt = OutputFormat.table,
+    as_json: ReportJsonOpt = False,
 ) -> None:
     """Slurm's own placement vs rackscale (slurm backend) on one gang sequence (1/4 to 1 rack each).
 
@@ -192,6 +203,7 @@ def compare(
     from rackscale.slurm.commands import Slurm, SlurmError
     from rackscale.slurm.importer import import_cluster
 
+    fmt = chosen_format(output, as_json, ctx=ctx)  # before any Slurm starts: a conflict is said at once
     if engine not in tuple(Engine):
         fail(f"--engine must be tree or block (got {printable(engine)!r})")
     eng = Engine(engine)
@@ -216,8 +228,8 @@ def compare(
                 results = run_compare(emu.slurm, spec, jobs, seed=seed, spread_s=spread)
     except SlurmError as e:
         fail(str(e))
-    if output is OutputFormat.table:
+    if fmt is OutputFormat.table:
         for r in results:
             typer.echo(printable(r.line()))
         return
-    emit([r.row() for r in results], output)
+    emit_document([r.row() for r in results], fmt)
