@@ -18,7 +18,6 @@ from rackscale.bench.placement import (
     check_targets,
     run_benchmark,
 )
-from rackscale.cli.common import given_options
 from rackscale.cli.output import (
     OutputFormat,
     ReportJsonOpt,
@@ -26,6 +25,7 @@ from rackscale.cli.output import (
     chosen_format,
     emit_document,
     fail,
+    given_options,
 )
 from rackscale.loadgen.settings import MAX_CONCURRENCY
 from rackscale.model.specs import MAX_NVL72_RACKS

@@ -6,8 +6,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import typer
-
 from rackscale.cli.output import fail
 from rackscale.model.specs import MAX_NVL72_RACKS
 from rackscale.model.topology import GPUCluster
@@ -64,15 +62,3 @@ def with_profiles(fn: _F) -> _F:
             out.append(line)
     fn.__doc__ = "\n".join(out)
     return fn
-
-
-def given_options(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
-    """The options among ``names`` (parameter names) that the command line gave, not their defaults, as
-    typed (``--isl``; ``--mtp/--no-mtp``). By the source's name: typer ships its own copy of click, whose
-    ``ParameterSource`` is not click's."""
-    given = []
-    for p in ctx.command.params:
-        source = ctx.get_parameter_source(p.name) if p.name in names else None
-        if source is not None and source.name == "COMMANDLINE":
-            given.append("/".join([p.opts[0], *p.secondary_opts]))
-    return given

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rackscale.cli.common import given_options
-from rackscale.cli.output import OutputFormat, chosen_format, emit, fail
+from rackscale.cli.output import OutputFormat, chosen_format, emit, fail, given_options
 from rackscale.cli.perf_args import (
     MODE_HELP,
     MODEL_HELP,

@@ -119,6 +119,18 @@ def fail(message: str, *, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def given_options(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
+    """The options among ``names`` (parameter names) that the command line gave, not their defaults, as
+    typed (``--isl``; ``--mtp/--no-mtp``). By the source's name: typer ships its own copy of click, whose
+    ``ParameterSource`` is not click's."""
+    given = []
+    for p in ctx.command.params:
+        source = ctx.get_parameter_source(p.name) if p.name in names else None
+        if source is not None and source.name == "COMMANDLINE":
+            given.append("/".join([p.opts[0], *p.secondary_opts]))
+    return given
+
+
 def chosen_format(output: OutputFormat, as_json: bool, *, ctx: typer.Context | None = None) -> OutputFormat:
     """``--json`` is ``-o json``: with ``-o yaml`` (or any other) too, the two disagree, and one line says so
     rather than one of them being dropped without a word.
@@ -126,16 +138,10 @@ def chosen_format(output: OutputFormat, as_json: bool, *, ctx: typer.Context | N
     ``-o table`` is the default, so without ``ctx`` it cannot be told from no ``-o`` at all and ``--json``
     wins; with the command's ``ctx``, an ``-o table`` typed on the command line is refused beside ``--json``
     as well. (The option must be the parameter named ``output``.)"""
-    typed = ctx is not None and _from_command_line(ctx, "output")
+    typed = ctx is not None and bool(given_options(ctx, ("output",)))
     if as_json and output is not OutputFormat.json and (typed or output is not OutputFormat.table):
         fail(f"--json means -o json, and -o {output.value} was given too: give one of them")
     return OutputFormat.json if as_json else output
-
-
-def _from_command_line(ctx: typer.Context, name: str) -> bool:
-    # By the source's name: typer ships its own copy of click, whose ParameterSource is not click's.
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name == "COMMANDLINE"
 
 
 def emit_document(data: Any, fmt: OutputFormat) -> None:

@@ -10,8 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from rackscale.cli.common import given_options
-from rackscale.cli.output import OutputFormat, chosen_format, console, emit, err_console, fail, printable
+from rackscale.cli.output import OutputFormat, chosen_format, console, emit, err_console, fail, given_options, printable
 from rackscale.host.runs import Estimates
 from rackscale.sim.summary import (
     GOALS,
