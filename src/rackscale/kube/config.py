@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rackscale.kube.cluster import LabelKeys
+from rackscale.kube.observed import AttemptResult, CycleTimes, per_result
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,13 +32,17 @@ def _per_kind() -> dict[str, int]:
 
 @dataclass(slots=True)
 class Stats:
-    """Counters, bumped by the loop and watcher threads and read by tests and health checks.
+    """Counters, bumped by the loop and watcher threads and read by tests, health checks and a metrics
+    scrape (``rackscale.cli.kube_metrics``).
 
     Not frozen: these are running counts, one instance for the scheduler's life. Every field counts what
     happened at the API server, so a gang whose bind was undone adds nothing to ``binds``.
     """
 
     cycles: int = 0
+    cycle_errors: int = 0  # cycles that raised (a bug: the loop logs it and goes on)
+    attempts: dict[AttemptResult, int] = field(default_factory=per_result)  # gangs looked at, by result
+    cycle_seconds: CycleTimes = field(default_factory=CycleTimes)  # wall time of cycles that looked at a gang
     binds: int = 0  # pods bound as part of a gang whose every pod was bound (committed)
     bind_errors: int = 0  # binds the API server refused or that failed on the way
     bind_aborts: int = 0  # gangs not bound at all: a pod had changed since the cache showed it

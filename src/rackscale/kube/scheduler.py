@@ -31,8 +31,9 @@ from rackscale.kube.config import KubeSchedulerConfig, Stats
 from rackscale.kube.leader import LeaderElector
 from rackscale.kube.ledger import Ledger
 from rackscale.kube.mechanisms import WHY_OFF, kube_profile, refusal
+from rackscale.kube.observed import AttemptResult, Waiting, waiting
 from rackscale.kube.planning import plan
-from rackscale.kube.pods import gangs, node_name, pod_key
+from rackscale.kube.pods import Gang, gangs, node_name, pod_key
 from rackscale.kube.report import Reporter
 from rackscale.kube.schedules import DeploymentScaler
 from rackscale.kube.snapshot import build_state, cluster_index, node_key, with_node
@@ -99,6 +100,9 @@ class KubeScheduler:
         self.assumed: dict[str, tuple[str, float]] = {}  # pod key -> (node, when bound): committed gangs only
         self.undo = UndoBook(ttl_s=cfg.assume_ttl_s, clock=clock)  # pods bound by a failed gang attempt
         self.stats = Stats()
+        # The last cycle's pending gangs, for a metrics scrape: replaced whole (never changed) by the loop
+        # thread, so a scrape from another thread reads one cycle's view, without a lock on the caches.
+        self.waiting = Waiting()
         self.ledger = Ledger(
             binder=self.binder,
             reporter=self.reporter,
@@ -170,6 +174,7 @@ class KubeScheduler:
                 try:
                     self.cycle()
                 except Exception:
+                    self.stats.cycle_errors += 1
                     log.exception("scheduling cycle failed")
                     self._last_cycle = self.clock()
 
@@ -250,6 +255,7 @@ class KubeScheduler:
 
     def cycle(self) -> int:
         """One scheduling cycle over the cache. Returns the number of pods bound."""
+        began = time.perf_counter()
         self._dirty = False
         now = self.clock()
         self._last_cycle = now
@@ -266,11 +272,26 @@ class KubeScheduler:
         )
         pending = gangs(visible, self.config.scheduler_name)
         if not pending:
-            return 0
+            self.waiting = Waiting()
+            return 0  # not timed: an idle cycle's microseconds would drown the histogram of real ones
+        bound: set[str] = set()  # the gangs this cycle bound: no longer waiting
+        try:
+            return self._place(pending, now, bound)
+        finally:
+            # Binds included (API round trips), as kube-scheduler's scheduling_attempt_duration_seconds.
+            self.stats.cycle_seconds.observe(time.perf_counter() - began)
+            # Published after the cycle's attempts are counted: a scrape sees both of the same cycle.
+            self.waiting = waiting(g for g in pending if g.job not in bound)
+
+    def _attempt(self, result: AttemptResult, n: int = 1) -> None:
+        self.stats.attempts[result] += n
+
+    def _place(self, pending: list[Gang], now: float, bound_jobs: set[str]) -> int:
         cluster = self.cluster_model()
         if cluster is None:
             for g in pending:
                 self.reporter.unschedulable(g.pending, "no nodes")
+            self._attempt(AttemptResult.UNSCHEDULABLE, len(pending))
             return 0
         state = self.build_state(cluster)
         live = {g.job for g in pending}
@@ -287,6 +308,7 @@ class KubeScheduler:
         )
         for g, why in p.rejected:
             self.reporter.unschedulable(g.pending, why)
+        self._attempt(AttemptResult.UNSCHEDULABLE, len(p.rejected))
         if not p.jobs:
             return 0
         queue = PendingQueue((s for _, s in p.jobs.values()), elastic=self.sched.profile.elastic)
@@ -295,17 +317,24 @@ class KubeScheduler:
         if why_not is not None:
             # Not bound either: a placement may count on GPUs that the stop or the shrink was to free.
             self.stats.refused_cycles += 1
+            self._attempt(AttemptResult.ERROR, len(d.placed))  # decided, not carried out
+            self._attempt(AttemptResult.UNSCHEDULABLE, len(d.pending))
             log.error("not carrying out this cycle's decisions: %s, which rackscale does not do to pods", why_not)
             return 0
         bound = 0
         for placed in d.placed:
             g, spec = p.jobs[placed.spec.name]
-            bound += self.ledger.bind_gang(cluster, g, spec, placed.placement)
+            n = self.ledger.bind_gang(cluster, g, spec, placed.placement)
+            self._attempt(AttemptResult.SCHEDULED if n else AttemptResult.ERROR)  # a gang binds whole or not
+            if n:
+                bound_jobs.add(g.job)
+            bound += n
         seen = {placed.spec.name for placed in d.placed}
         for w in d.pending:
             seen.add(w.spec.name)
             g, _ = p.jobs[w.spec.name]
             self.reporter.unschedulable(g.pending, f"{w.status.reason.value}: {w.status.message}")
+        self._attempt(AttemptResult.UNSCHEDULABLE, len(d.pending))
         if d.not_examined_status is not None:
             st = d.not_examined_status
             for name, (g, _) in p.jobs.items():

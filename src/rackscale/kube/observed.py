@@ -1,0 +1,125 @@
+"""What the Kubernetes scheduler keeps for its metrics, in plain Python: this package may not import
+``prometheus_client`` (an import-linter contract keeps adapters free of the exporter), so the collector that
+turns these into Prometheus series lives with the command (``rackscale.cli.kube_metrics``).
+
+- :class:`AttemptResult`: a gang's result in a cycle (``rackscale_schedule_attempts_total{result}``);
+- :class:`CycleTimes`: a histogram's state of the cycles' wall time;
+- :class:`Waiting`: the pending gangs per namespace as the last cycle saw them, replaced whole by the loop
+  thread and read by a scrape, so a scrape never sees a cycle half-counted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from rackscale.kube.pods import Gang
+
+# Upper bounds of the cycle-time buckets, +Inf last: the same as `rackscale serve`'s
+# rackscale_scheduling_attempt_duration_seconds, so one histogram_quantile (and the RackscaleSchedulingCycleSlow
+# alert) reads both (tests/kube/test_kube_metrics.py checks they agree).
+CYCLE_BUCKETS: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    math.inf,
+)
+
+
+class AttemptResult(StrEnum):
+    """A gang's result in one cycle, as kube-scheduler's ``scheduler_schedule_attempts_total{result}``."""
+
+    SCHEDULED = "scheduled"  # placed and bound, whole
+    UNSCHEDULABLE = "unschedulable"  # no room, or not a job yet (too few members, a bad annotation)
+    ERROR = "error"  # placed but not bound: a bind failed (rolled back), or the cycle was refused
+
+
+def per_result() -> dict[AttemptResult, int]:
+    # Every result from the start: a series that appears only on its first increment loses that increment
+    # to rate() and increase().
+    return dict.fromkeys(AttemptResult, 0)
+
+
+@dataclass(slots=True)
+class CycleTimes:
+    """Counts per bucket (not cumulative), their sum: a histogram's state, bounded whatever the cycles.
+
+    Not frozen: the loop thread observes, a scrape reads; the lock keeps a scrape from seeing a count
+    without its sum.
+    """
+
+    counts: list[int] = field(default_factory=lambda: [0] * len(CYCLE_BUCKETS))
+    total: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def observe(self, seconds: float) -> None:
+        with self._lock:
+            self.counts[bisect.bisect_left(CYCLE_BUCKETS, seconds)] += 1
+            self.total += seconds
+
+    def cumulative(self) -> tuple[list[tuple[float, int]], float]:
+        """((upper bound, cycles at or under it) per bucket, the sum), as a Prometheus histogram's."""
+        with self._lock:
+            counts, total = list(self.counts), self.total
+        out, seen = [], 0
+        for le, n in zip(CYCLE_BUCKETS, counts, strict=True):
+            seen += n
+            out.append((le, seen))
+        return out, total
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Queued:
+    jobs: int  # pending gangs (a lone pod is a gang of one)
+    pods: int  # their pending pods
+    oldest: float | None  # the oldest pending pod's creationTimestamp (Unix seconds); None: none readable
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Waiting:
+    """The pending gangs of the last cycle per namespace (rackscale's queue under Kubernetes)."""
+
+    queues: Mapping[str, Queued] = field(default_factory=dict)
+
+
+def waiting(pending: Iterable[Gang]) -> Waiting:
+    per: dict[str, list[Gang]] = {}
+    for g in pending:
+        per.setdefault(g.namespace, []).append(g)
+    queues = {}
+    for ns, gs in sorted(per.items()):
+        created = [t for g in gs for p in g.pending if (t := _created(p)) is not None]
+        queues[ns] = Queued(
+            jobs=len(gs), pods=sum(len(g.pending) for g in gs), oldest=min(created) if created else None
+        )
+    return Waiting(queues=queues)
+
+
+def _created(pod: Mapping[str, object]) -> float | None:
+    # The API server's clock, not this process's: the age survives a restart or a new leader, which a time
+    # of first sight would not (the RackscaleJobPendingTooLong alert would start over on each failover).
+    md = pod.get("metadata")
+    raw = md.get("creationTimestamp") if isinstance(md, Mapping) else None
+    if not isinstance(raw, str):
+        return None
+    try:
+        return datetime.fromisoformat(raw).timestamp()
+    except ValueError:
+        return None
+
+
+__all__ = ["CYCLE_BUCKETS", "AttemptResult", "CycleTimes", "Queued", "Waiting", "per_result", "waiting"]
