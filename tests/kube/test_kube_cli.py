@@ -92,5 +92,6 @@ def test_health_endpoints_follow_the_scheduler() -> None:
         sched.stopping.set()
         assert (_get(port, "/healthz"), _get(port, "/readyz")) == (503, 503)
         assert _get(port, "/nope") == 404
+        assert _get(port, "/metrics") == 404  # no registry given: nothing to export
     finally:
         server.shutdown()

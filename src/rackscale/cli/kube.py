@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 import signal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from rackscale.cli.output import fail
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 KUBE_EXTRA = "pip install 'rackscale[kube]'"
 
@@ -49,7 +52,8 @@ def kube_scheduler(
         ),
     ] = None,
     health_port: Annotated[
-        int, typer.Option(help="Serve /healthz and /readyz on this port (0: off).", min=0, max=65535)
+        int,
+        typer.Option(help="Serve /healthz, /readyz and /metrics (Prometheus) on this port (0: off).", min=0, max=65535),
     ] = 0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every bind and cycle.")] = False,
     schedule_files: Annotated[
@@ -77,10 +81,11 @@ def kube_scheduler(
         from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
 
+        from rackscale.cli.kube_metrics import kube_registry  # prometheus_client: the same extra
         from rackscale.kube.cluster import LabelKeys
         from rackscale.kube.scheduler import KubeScheduler, KubeSchedulerConfig
     except ImportError as e:
-        fail(f"the Kubernetes scheduler needs the kubernetes client ({e}); install it with: {KUBE_EXTRA}")
+        fail(f"the Kubernetes scheduler needs the kubernetes and prometheus clients ({e}); install: {KUBE_EXTRA}")
     from rackscale.kube.mechanisms import kube_profile
 
     try:
@@ -134,7 +139,7 @@ def kube_scheduler(
     signal.signal(signal.SIGINT, _stop)
     sched.start()
     if health_port:
-        serve_health(sched, health_port)
+        serve_health(sched, health_port, metrics=kube_registry(sched))
     sched.stopping.wait()
     sched.stop(release=True)
 
@@ -215,22 +220,33 @@ def load_settings(path: Path) -> dict[str, str]:
     return out
 
 
-def serve_health(sched: Any, port: int) -> Any:
-    """/healthz: 200 while the scheduler runs; /readyz: 200 once its node and pod caches are synced."""
+def serve_health(sched: Any, port: int, *, metrics: CollectorRegistry | None = None) -> Any:
+    """/healthz: 200 while the scheduler runs; /readyz: 200 once its node and pod caches are synced;
+    /metrics: ``metrics`` in Prometheus' text format (404 without one). One server for the probes and the
+    scrape, as kube-scheduler serves both on its port (the manifest's port is named ``metrics``)."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
     class Health(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path == "/healthz":
+            path = self.path.partition("?")[0]  # a scraper may add parameters; none is read
+            if path == "/metrics" and metrics is not None:
+                self._send(200, generate_latest(metrics), CONTENT_TYPE_LATEST)
+                return
+            if path == "/healthz":
                 ok = not sched.stopping.is_set()
-            elif self.path == "/readyz":
+            elif path == "/readyz":
                 ok = not sched.stopping.is_set() and all(sched.synced.values())
             else:
                 self.send_error(404)
                 return
-            body = b"ok\n" if ok else b"not ready\n"
-            self.send_response(200 if ok else 503)
+            self._send(200 if ok else 503, b"ok\n" if ok else b"not ready\n", "text/plain; charset=utf-8")
+
+        def _send(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -1,0 +1,162 @@
+"""Prometheus metrics of ``rackscale kube-scheduler``, served at ``/metrics`` on its health port.
+
+One Collector reads the scheduler at scrape time (as ``rackscale.service.metrics`` does): its counters
+(``Stats``, bumped by the loop and watcher threads), the cycle-time histogram, and the pending gangs of the
+last cycle (a view the loop replaces whole, so a scrape never sees a cycle half-counted). Nothing is
+counted twice: the scheduler keeps the numbers, this only names them.
+
+A series that means what ``rackscale serve``'s does keeps its name (``rackscale_schedule_attempts_total``,
+``rackscale_scheduling_attempt_duration_seconds``, ``rackscale_pending_jobs``,
+``rackscale_oldest_pending_job_age_seconds``, ``rackscale_leader``), so the rules and dashboards read both;
+the adapter's own are ``rackscale_kube_*``. Labels are bounded: result, kind, namespace (the queue), the
+replica's identity; never a pod or a gang.
+
+Here and not in ``rackscale.kube``: adapters may not import ``prometheus_client`` (import-linter).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from rackscale.kube.observed import AttemptResult
+
+if TYPE_CHECKING:
+    from rackscale.kube.scheduler import KubeScheduler
+
+# Every series the collector exports (counters with their _total), for the docs' test and the tests.
+METRIC_NAMES = (
+    "rackscale_schedule_attempts_total",
+    "rackscale_scheduling_attempt_duration_seconds",
+    "rackscale_pending_jobs",
+    "rackscale_oldest_pending_job_age_seconds",
+    "rackscale_leader",
+    "rackscale_kube_pending_pods",
+    "rackscale_kube_cycles_total",
+    "rackscale_kube_cycle_errors_total",
+    "rackscale_kube_binds_total",
+    "rackscale_kube_bind_errors_total",
+    "rackscale_kube_bind_aborts_total",
+    "rackscale_kube_gang_rollbacks_total",
+    "rackscale_kube_undone_pods_total",
+    "rackscale_kube_undo_errors_total",
+    "rackscale_kube_refused_cycles_total",
+    "rackscale_kube_watch_lists_total",
+    "rackscale_kube_watch_expired_total",
+    "rackscale_kube_watch_bookmarks_total",
+    "rackscale_kube_cache_synced",
+)
+
+Family = GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily
+
+
+class KubeCollector(Collector):
+    """Every series of the Kubernetes scheduler, read from it at scrape time."""
+
+    def __init__(self, sched: KubeScheduler, *, wall: Callable[[], float] = time.time) -> None:
+        self.sched = sched
+        self.wall = wall  # the pending age compares the API server's creationTimestamp with the wall clock
+
+    def collect(self) -> Iterator[Family]:
+        s = self.sched
+        st = s.stats
+        attempts = CounterMetricFamily(
+            "rackscale_schedule_attempts",
+            "Gangs looked at in a cycle, by result (error: placed but not bound, the bind failed or the cycle "
+            "was refused).",
+            labels=["result"],
+        )
+        for result in AttemptResult:
+            attempts.add_metric([result.value], st.attempts[result])
+        yield attempts
+        buckets, total = st.cycle_seconds.cumulative()
+        yield HistogramMetricFamily(
+            "rackscale_scheduling_attempt_duration_seconds",
+            "Wall time of one scheduling cycle that looked at a pending gang, its binds included.",
+            buckets=[(_le(bound), n) for bound, n in buckets],
+            sum_value=total,
+        )
+        yield from self._pending()
+        leading = GaugeMetricFamily(
+            "rackscale_leader", "1 if this replica leads (schedules), 0 if a standby.", labels=["replica"]
+        )
+        leading.add_metric([s.identity], 1.0 if s.is_leader else 0.0)
+        yield leading
+        for name, doc, value in (
+            ("cycles", "Scheduling cycles run (the leader's).", st.cycles),
+            ("cycle_errors", "Scheduling cycles that raised (a bug: logged, and the loop goes on).", st.cycle_errors),
+            ("binds", "Pods bound as members of a gang bound whole.", st.binds),
+            ("bind_errors", "Gang binds the API server refused or that failed on the way.", st.bind_errors),
+            ("bind_aborts", "Gangs not bound at all: a pod had changed since the cache showed it.", st.bind_aborts),
+            (
+                "gang_rollbacks",
+                "Gangs whose bind failed midway and whose bound pods were deleted again.",
+                st.gang_rollbacks,
+            ),
+            ("undone_pods", "Pods deleted to undo a partial gang bind.", st.undone),
+            ("undo_errors", "Deletions of such pods that failed (retried on the next cycles).", st.undo_errors),
+            (
+                "refused_cycles",
+                "Cycles whose decisions would stop, resize or move a running pod: none carried out.",
+                st.refused_cycles,
+            ),
+        ):
+            yield CounterMetricFamily(f"rackscale_kube_{name}", doc, value=value)
+        for name, doc, per_kind in (
+            ("watch_lists", "Full lists of a resource (the first, and one after each expired watch).", st.lists),
+            ("watch_expired", "Watches whose resourceVersion expired (410 Gone): each is listed again.", st.gone),
+            ("watch_bookmarks", "Watch bookmarks received.", st.bookmarks),
+        ):
+            family = CounterMetricFamily(f"rackscale_kube_{name}", doc, labels=["kind"])
+            for kind, n in sorted(per_kind.items()):
+                family.add_metric([kind], n)
+            yield family
+        synced = GaugeMetricFamily(
+            "rackscale_kube_cache_synced", "1 once a resource's cache holds its first list (/readyz).", labels=["kind"]
+        )
+        for kind, ok in sorted(s.synced.items()):
+            synced.add_metric([kind], 1.0 if ok else 0.0)
+        yield synced
+
+    def _pending(self) -> Iterator[GaugeMetricFamily]:
+        jobs = GaugeMetricFamily(
+            "rackscale_pending_jobs", "Gangs waiting, per namespace (the queue), at the last cycle.", labels=["queue"]
+        )
+        pods = GaugeMetricFamily("rackscale_kube_pending_pods", "Their pods, per namespace.", labels=["queue"])
+        oldest = GaugeMetricFamily(
+            "rackscale_oldest_pending_job_age_seconds",
+            "Age of the oldest waiting pod (from its creationTimestamp), per namespace.",
+            labels=["queue"],
+        )
+        # A standby runs no cycles: its view is of the time it last led, so it says nothing rather than that.
+        if self.sched.is_leader:
+            now = self.wall()
+            for ns, q in self.sched.waiting.queues.items():
+                jobs.add_metric([ns], q.jobs)
+                pods.add_metric([ns], q.pods)
+                if q.oldest is not None:
+                    oldest.add_metric([ns], max(now - q.oldest, 0.0))
+        yield jobs
+        yield pods
+        yield oldest
+
+
+def _le(bound: float) -> str:
+    """``le`` as prometheus_client writes it for serve's histogram ("1.0", "+Inf"): "1" would be another series."""
+    return str(floatToGoString(bound))  # type: ignore[no-untyped-call]  # the library leaves it unannotated
+
+
+def kube_registry(sched: KubeScheduler) -> CollectorRegistry:
+    """A registry of the scheduler's series only (not the process's: a scrape asks for what is documented)."""
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(KubeCollector(sched))
+    return registry
+
+
+__all__ = ["METRIC_NAMES", "KubeCollector", "kube_registry"]
