@@ -1,5 +1,6 @@
 """`rackscale kube-scheduler`: the settings file the Kubernetes manifest mounts loads through the command's
-own loader, and the health server answers the probes the manifest declares."""
+own loader, the health server answers the probes the manifest declares, and the scrape it announces points
+at that server."""
 
 from __future__ import annotations
 
@@ -35,6 +36,18 @@ def test_the_manifests_settings_load(tmp_path: Path) -> None:
         p["containerPort"] for p in container["ports"] if p["name"] == container["livenessProbe"]["httpGet"]["port"]
     )
     assert f"--health-port={port}" in container["args"]
+    # Prometheus finds /metrics there (pod annotations), and the example config's job scrapes that port.
+    annotations = yaml.safe_load((DEPLOY / "scheduler-deployment.yaml").read_text())["spec"]["template"]["metadata"][
+        "annotations"
+    ]
+    assert annotations == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(port),
+        "prometheus.io/path": "/metrics",
+    }
+    jobs = yaml.safe_load((DEPLOY.parent / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]
+    (job,) = [j for j in jobs if j["job_name"] == "rackscale-kube-scheduler"]
+    assert job["metrics_path"] == "/metrics" and job["static_configs"][0]["targets"] == [f"127.0.0.1:{port}"]
 
 
 @pytest.mark.parametrize(
