@@ -251,3 +251,45 @@ def test_bench_perf_peer_venv_is_checked_in_one_line(args: list[str], says: str,
     assert code == 2 and out == ""
     said = "".join(line for line in err.splitlines(keepends=True) if not line.startswith("creating a virtualenv"))
     assert says in one_error_line(said), err
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [("killed", "was killed by signal 9"), ("raises", "exited with code 1")],
+    ids=["killed-by-a-signal", "a-traceback-in-the-run"],
+)
+def test_a_run_whose_process_dies_is_a_bench_run_error(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], target: str, says: str
+) -> None:
+    """A real child process that ends without its result: the error says how, and where its own error is."""
+    from rackscale.bench import BenchRunError, run_isolated
+
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))  # the child imports tests.bench
+    with pytest.raises(BenchRunError, match=says) as got:
+        run_isolated(f"tests.bench.crashing:{target}", {}, progress=lambda values: None)
+    assert f"({target})" in str(got.value) and "above" in str(got.value)
+    if target == "raises":
+        assert "MemoryError" in capfd.readouterr().err  # the child's own traceback, on stderr
+
+
+@pytest.mark.parametrize(
+    ("verb", "runner"),
+    [
+        (["placement", "--gpus", "720"], "rackscale.cli.bench.run_benchmark"),
+        (["simulate", "--scenario", "synthetic"], "rackscale.bench.simulate.run_simulation_benchmark"),
+    ],
+    ids=["placement", "simulate"],
+)
+def test_a_run_whose_process_dies_is_one_error_line(
+    monkeypatch: pytest.MonkeyPatch, verb: list[str], runner: str
+) -> None:
+    """The verb's side: one line and exit 2, not the parent's RuntimeError traceback."""
+    from rackscale.bench import BenchRunError
+
+    def dies(**_: Any) -> Any:
+        raise BenchRunError(target="rackscale.bench.simulate:run_one", returncode=-9)
+
+    monkeypatch.setattr(runner, dies)  # where the verb reads it
+    code, out, err = invoke("bench", *verb)
+    assert code == 2 and out == ""
+    assert "run_one) was killed by signal 9" in one_error_line(err)

@@ -92,8 +92,34 @@ def run_isolated(target: str, config: Result, *, progress: Callable[[list[Any]],
             proc.kill()
             raise
     if proc.returncode != 0 or result is None:
-        raise RuntimeError(f"benchmark process {target} failed (exit code {proc.returncode}); see its stderr")
+        raise BenchRunError(target=target, returncode=proc.returncode)
     return result
 
 
-__all__ = ["ChildProgress", "Result", "child_main", "machine_info", "peak_rss_mb", "percentile", "run_isolated"]
+class BenchRunError(RuntimeError):
+    """A benchmark's own process ended without its result (a bug, memory run out, a signal): its traceback,
+    if it wrote one, is on stderr above; the verb says this in one line."""
+
+    def __init__(self, *, target: str, returncode: int | None) -> None:
+        self.target, self.returncode = target, returncode
+        how = (
+            f"was killed by signal {-returncode}"
+            if returncode is not None and returncode < 0
+            else (f"exited with code {returncode}")
+        )
+        super().__init__(
+            f"a benchmark run ({target.rpartition(':')[2]}) {how} without its result; its own error, if it wrote "
+            "one, is above (a signal 9 is often the kernel's out-of-memory killer: try a smaller size)"
+        )
+
+
+__all__ = [
+    "BenchRunError",
+    "ChildProgress",
+    "Result",
+    "child_main",
+    "machine_info",
+    "peak_rss_mb",
+    "percentile",
+    "run_isolated",
+]

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rackscale.bench import BenchRunError
 from rackscale.bench.placement import (
     DEFAULT_GPUS,
     DEFAULT_POLICIES,
@@ -184,14 +185,18 @@ def placement(
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=err, transient=True) as progress:
-        result = run_benchmark(
-            gpus=sizes,
-            policies=policies,
-            decisions=n_decisions,
-            pending=n_pending,
-            seed=seed,
-            progress=_ProgressView(progress),
-        )
+        try:
+            result = run_benchmark(
+                gpus=sizes,
+                policies=policies,
+                decisions=n_decisions,
+                pending=n_pending,
+                seed=seed,
+                progress=_ProgressView(progress),
+            )
+        except BenchRunError as exc:
+            progress.stop()
+            fail(str(exc))
     if fmt is OutputFormat.table:
         render(result, console=Console())
     else:
@@ -303,7 +308,7 @@ def simulate(
                 seeds=seeds,
                 workers=workers,
             )
-        except (FileNotFoundError, ValueError) as exc:
+        except (FileNotFoundError, ValueError, BenchRunError) as exc:
             bar.stop()
             fail(str(exc))
     if fmt is not OutputFormat.table:
