@@ -178,7 +178,7 @@ def compare_arch(
                 f"{model_only[0]} means nothing to --simulate's scheduling KPIs, which {why} asks for (it is the "
                 f"performance model's): drop {model_only[0]}, or drop {why}"
             )
-        fmt = chosen_format(output, as_json)
+        fmt = chosen_format(output, as_json, ctx=ctx)
         specs = (a_spec, b_spec)
         simulate_arch(
             sys_a, sys_b, specs, racks=racks, node_gpus=node_gpus, n_jobs=n_jobs, policy=policy, seed=seed, fmt=fmt
@@ -199,7 +199,7 @@ def compare_arch(
     result = compare(work, arch_a, arch_b, targets=targets, mode=ServingMode(mode.value))
     lines = _assumptions(work, result, mode.value)
     payload = _payload(work, result, (src_a, src_b), mode.value, lines)
-    if finish(payload, output, as_json):
+    if finish(payload, output, as_json, ctx=ctx):
         return
     label_a = arch_a.label + ("" if a_spec is None else f" ({a_spec})")
     label_b = arch_b.label + ("" if b_spec is None else f" ({b_spec})")

@@ -135,9 +135,9 @@ def chosen_format(output: OutputFormat, as_json: bool, *, ctx: typer.Context | N
     """``--json`` is ``-o json``: with ``-o yaml`` (or any other) too, the two disagree, and one line says so
     rather than one of them being dropped without a word.
 
-    ``-o table`` is the default, so without ``ctx`` it cannot be told from no ``-o`` at all and ``--json``
-    wins; with the command's ``ctx``, an ``-o table`` typed on the command line is refused beside ``--json``
-    as well. (The option must be the parameter named ``output``.)"""
+    ``-o table`` is the default, so only the command's ``ctx`` tells it from no ``-o`` at all: with it, an
+    ``-o table`` typed beside ``--json`` is refused as well (every verb passes it; None only where the format
+    was chosen already). (The option must be the parameter named ``output``.)"""
     typed = ctx is not None and bool(given_options(ctx, ("output",)))
     if as_json and output is not OutputFormat.json and (typed or output is not OutputFormat.table):
         fail(f"--json means -o json, and -o {output.value} was given too: give one of them")

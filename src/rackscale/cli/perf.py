@@ -60,6 +60,7 @@ def vs_precision(text: str | None, main: Precision, system: System) -> Precision
 
 @app.command()
 def serve(
+    ctx: typer.Context,
     model: Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP)],
     gpu: Annotated[str, typer.Option("--gpu", "-g", help=GPU_HELP)],
     domain: Annotated[int | None, typer.Option("--domain", help="NVLink domain size (GPUs).")] = None,
@@ -115,7 +116,7 @@ def serve(
         vs_side = (other, other_work, serve_side(other_work, other, mode))
         lines = unique(lines + serve_assumptions(other_work, other, mode))
     payload = serve_payload(work, system, curve, targets, vs_side, lines)
-    if finish(payload, output, as_json):
+    if finish(payload, output, as_json, ctx=ctx):
         return
     title = f"{loaded.spec.name} on {system.name} {prec.value.upper()}, ISL/OSL {isl}/{osl}" + (", MTP" if mtp else "")
     if other is not None and other_work is not None:

@@ -14,6 +14,7 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+import typer
 from rich.text import Text
 
 from rackscale.cli.output import OutputFormat, chosen_format, console, emit, fail, printable
@@ -179,9 +180,9 @@ def unique(lines: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-def finish(payload: dict[str, Any], output: OutputFormat, as_json: bool) -> bool:
+def finish(payload: dict[str, Any], output: OutputFormat, as_json: bool, *, ctx: typer.Context | None = None) -> bool:
     """Print ``payload`` as JSON/YAML and say True; False means the caller prints its table."""
-    fmt = chosen_format(output, as_json)
+    fmt = chosen_format(output, as_json, ctx=ctx)
     if fmt is OutputFormat.table:
         return False
     emit(json.loads(json.dumps(payload, default=str)), fmt)  # plain types only, for YAML's safe dumper

@@ -126,6 +126,7 @@ def _global_batch(given: int | None, seq_len: int, unit: int) -> int:
 
 
 def train(
+    ctx: typer.Context,
     model: Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP)],
     gpu: Annotated[str, typer.Option("--gpu", "-g", help=GPU_HELP)],
     gpus: Annotated[int, typer.Option("--gpus", "-n", min=1, max=MAX_GPUS, help="GPUs of the job.")],
@@ -245,7 +246,7 @@ def train(
         "ratio": ratio,
         "assumptions": lines,
     }
-    if finish(payload, output, as_json):
+    if finish(payload, output, as_json, ctx=ctx):
         return
     runs = [main] if vs_run is None else [main, vs_run]
     title = f"{loaded.spec.name} on {gpus} GPUs, {prec.value.upper()}, {batch} x {seq_len} tokens per step"

@@ -166,7 +166,7 @@ def simulate(
     for p in (policy, *baselines):
         if p not in PROFILES:
             fail(f"unknown policy {p!r}; choose one of: {', '.join(PROFILES)}")
-    output = chosen_format(output, as_json)  # (before the runs: a conflict is said at once)
+    output = chosen_format(output, as_json, ctx=ctx)  # (before the runs: a conflict is said at once)
     _check_workload_options(ctx, trace=trace is not None, jobs_file=jobs_file is not None)
     # The flags as one cell's options, built by the sweep's builder: a sweep cell is this command's run by
     # construction. Not validated as a sweep document is: its bounds are a document's, simulate has its own
