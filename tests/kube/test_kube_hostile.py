@@ -123,6 +123,26 @@ def test_a_hostile_member_refuses_its_gang_only() -> None:
     assert len(g.pending) == 2 and "spec.priority='urgent'" in why
 
 
+@pytest.mark.parametrize(
+    ("topologies", "refused"),
+    [(("rack", "rack"), False), (("rack", None), True), (("rack", "region"), True)],
+    ids=["agree", "one-unset", "rack-and-region"],
+)
+def test_a_gangs_pods_must_agree_on_their_topology(topologies: tuple[str | None, ...], refused: bool) -> None:
+    """Read from the first pending pod only, a gang's constraint depended on the pods' order."""
+    members = [pod(f"t-{i}", group="t", min_member=2) for i in range(2)]
+    for m, topo in zip(members, topologies, strict=True):
+        if topo is not None:
+            m["metadata"]["annotations"]["rackscale.io/topology"] = topo
+    gs = gangs(members, "rackscale")
+    p = plan(gs, gpu_resource="nvidia.com/gpu", max_node_gpus=8, submitted={g.job: 0.0 for g in gs}, held={})
+    if refused:
+        ((_, why),) = p.rejected
+        assert "its pods disagree on annotation rackscale.io/topology" in why, why
+    else:
+        assert set(p.jobs) == {"group:default/t"} and not p.rejected
+
+
 def test_hostile_pods_never_stop_the_loop(
     fake: FakeAPIServer, start_scheduler: Start, caplog: pytest.LogCaptureFixture
 ) -> None:

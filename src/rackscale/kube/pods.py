@@ -277,7 +277,13 @@ def gang_spec(g: Gang, gpu_resource: str, *, submit_time: float) -> JobSpec | st
         sizes = ", ".join(f"{r.gpus} GPU" for r in sorted(reqs, key=lambda r: r.gpus))
         return f"pod group {g.group!r} mixes requests ({sizes}); rackscale places a group as identical units"
     (req,) = reqs
-    topo = pod_annotations(g.pending[0]).get(TOPOLOGY)
+    # Every member's: read from one, a member asking for one rack beside one that did not would be placed
+    # as whichever came first.
+    topos = {shown(pod_annotations(p).get(TOPOLOGY)): pod_annotations(p).get(TOPOLOGY) for p in g.pending}
+    if len(topos) > 1:
+        said = ", ".join(sorted(topos))
+        return f"pod group {g.group!r}: its pods disagree on annotation {TOPOLOGY} ({said}); give every pod the same"
+    (topo,) = topos.values()
     if topo not in (None, "rack", "region"):
         return f"annotation {TOPOLOGY}={shown(topo)}: expected 'rack' or 'region'"
     common: dict[str, Any] = {
