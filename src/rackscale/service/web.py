@@ -5,17 +5,24 @@ fetched from the internet) that polls the REST API, plus one compact JSON route 
 view of a cluster with 100+ racks) and, for the racks named in ``detail`` (the ones the page shows), the
 occupied GPUs of their grids as sparse cells. The cost is O(racks + allocated GPUs + detail nodes), never
 a scan of every GPU. Auth is the API's: with a token file, a valid bearer token or 401.
+
+The page and its assets carry :data:`PAGE_HEADERS`: a Content-Security-Policy under which only the page's own
+script and style run and it talks only to its own origin (were a value ever written as markup, its inline
+script or handler would not run), no MIME sniffing, no framing (clickjacking), no referrer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
+from starlette.types import Scope
 
 from rackscale.model.topology import MILLI_PER_GPU
 from rackscale.service.context import ServiceContext, authenticate
@@ -27,6 +34,29 @@ if TYPE_CHECKING:
 STATIC_DIR = Path(__file__).with_name("static")
 MAX_DETAIL_RACKS = 64  # racks whose grid one overview request may carry (the page shows 16 at a time)
 _NO_CACHE = {"Cache-Control": "no-cache"}
+# The page's script (app.js) sets styles through the CSSOM (element.style), which style-src does not govern;
+# its favicon is a data: URL. The login form is handled by the script, never submitted (form-action).
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+PAGE_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",  # frame-ancestors' older spelling
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class _Assets(StaticFiles):
+    """The page's assets, each with :data:`PAGE_HEADERS` (``/static/index.html`` is the page too)."""
+
+    def file_response(
+        self, full_path: str | os.PathLike[str], stat_result: os.stat_result, scope: Scope, status_code: int = 200
+    ) -> Response:
+        response = super().file_response(full_path, stat_result, scope, status_code)
+        response.headers.update(PAGE_HEADERS)
+        return response
 
 
 def mount(app: FastAPI, ctx: ServiceContext) -> None:
@@ -37,9 +67,9 @@ def mount(app: FastAPI, ctx: ServiceContext) -> None:
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
-        return FileResponse(static / "index.html", media_type="text/html", headers=_NO_CACHE)
+        return FileResponse(static / "index.html", media_type="text/html", headers=_NO_CACHE | PAGE_HEADERS)
 
-    app.mount("/static", StaticFiles(directory=static), name="static")
+    app.mount("/static", _Assets(directory=static), name="static")
 
     @app.get("/v1/ui/overview", include_in_schema=False)
     async def overview(request: Request, detail: str = "") -> JSONResponse:
