@@ -14,11 +14,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
 from tests.service.conftest import LiveService, serve_in_thread, small_cluster, wait_for
 
+from rackscale.model.specs import cluster_from_dict
 from rackscale.model.topology import GPUCluster
 from rackscale.service.app import ServiceConfig
 from rackscale.service.web import STATIC_DIR
@@ -663,3 +665,102 @@ def test_the_page_works_under_its_csp_and_the_csp_blocks_injected_markup(service
     page.wait_for_timeout(300)
     assert page.evaluate("window.__xss") is None
     assert any("script-src" in v or "img-src" in v or "default-src" in v for v in violations)
+
+
+# Values a cluster's operator or a tenant controls, each written into every field the page shows that may hold
+# it: the cluster's name, a pool's (so its racks' and nodes' names), a region, the currency, and a job's
+# gpuModels (quoted in its reason's message: 40 of them make a message of about 10,000 characters).
+HOSTILE = {
+    "img-onerror": "<img src=x onerror=window.__xss=1>",
+    "script-close": "</script><script>window.__xss=1</script>",
+    "javascript-url": "javascript:window.__xss=1//",
+    "entity": "&lt;b&gt;bold&lt;/b&gt; <b>bold</b>",
+    "zero-width": "a\u200bb\u2060c\ufeffd",
+    "long-word": "w" * 10,  # padded like every value below to its field's most: one unbroken word
+}
+
+
+def _pad(text: str, n: int) -> str:
+    return (text + "x" * n)[:n]
+
+
+def _hostile_cluster(payload: str) -> GPUCluster:
+    return cluster_from_dict(
+        {
+            "apiVersion": "rackscale.io/v1",
+            "kind": "Cluster",
+            "metadata": {"name": _pad(payload, 253)},
+            "spec": {
+                "pools": [
+                    {"name": _pad(payload, 248), "gpuType": "H100", "region": _pad(payload, 253), "racks": 1},
+                    {"name": "plain", "gpuType": "H100", "racks": 1},
+                ],
+                "pricing": {"currency": _pad(payload, 253)},
+            },
+        }
+    )
+
+
+def _no_overflow(page: Any) -> None:
+    """Nothing wider than its box: no page-wide scroll, the header's right end and every rack box in view, the
+    job's panel no wider than itself."""
+    got = page.evaluate(
+        """() => ({
+          page: document.documentElement.scrollWidth, win: innerWidth,
+          live: document.getElementById('live').getBoundingClientRect().right,
+          racks: Math.max(0, ...[...document.querySelectorAll('.rack')].map(e => e.getBoundingClientRect().right)),
+          section: document.getElementById('racks-section').getBoundingClientRect().right,
+          panel: document.getElementById('details').hidden ? 0
+            : document.getElementById('details').scrollWidth - document.getElementById('details').clientWidth,
+        })"""
+    )
+    assert got["panel"] <= 0, got  # the job's panel: no sideways scroll
+    assert got["page"] <= got["win"], got
+    assert got["live"] <= got["win"], got
+    assert got["racks"] <= got["section"], got
+
+
+@pytest.mark.parametrize("payload", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_hostile_names_and_messages_are_shown_as_text_and_keep_the_layout(
+    tmp_path: Path, page: Any, payload: str
+) -> None:
+    cluster = _hostile_cluster(payload)
+    rack = cluster.racks[0].name
+    cfg = ServiceConfig(data_dir=tmp_path / "data", cluster=cluster, speed=1000.0, interval_s=0.01)
+    with serve_in_thread(cfg) as live:
+        c = live.client()
+        long_job = "j" * 253
+        submit(c, name=long_job, kind="training", gpus=4)
+        running(c, long_job)
+        submit(c, name="picky", kind="training", gpus=4, gpuModels=[_pad(f"{payload}{i}", 253) for i in range(40)])
+        failed = wait_for(lambda: c.get("/v1/jobs/picky").json()["status"] == "failed", timeout=10, what="picky")
+        assert failed
+        message = c.get("/v1/jobs/picky").json()["message"]
+        assert payload in message and len(message) > 10_000
+
+        page.goto(live.url + f"/#token={live.admin_token}")
+        page.wait_for_selector("#history tr[data-job=picky]")
+        page.wait_for_selector(".gpu[data-job]")
+        assert page.text_content("#cluster-info").startswith(_pad(payload, 253) + " · ")
+        names = page.eval_on_selector_all(".rack .rack-name", "els => els.map(e => e.textContent)")
+        assert rack in names and len(names) == 2
+        assert page.text_content("[data-kpi=costPerHour] .sub") == f"{_pad(payload, 253)} per hour"
+        _no_overflow(page)
+        page.hover(".gpu[data-job] >> nth=0")
+        assert rack in page.inner_text("#tooltip")
+
+        page.click("#history tr[data-job=picky]")
+        page.wait_for_selector("#details [data-field=reason] >> text=NoGPUsOfRequestedModel")
+        assert page.text_content("#details [data-field=reason]") == f"NoGPUsOfRequestedModel {message}"
+        _no_overflow(page)
+        page.click(f"#running tr[data-job={long_job}]")
+        page.wait_for_selector("#details [data-field=racks] a.rack-link")
+        link = page.get_attribute("#details a.rack-link", "href")
+        assert link == "#rack/" + quote(rack, safe="-_.!~*'()")  # encodeURIComponent: nothing but a fragment
+        page.click("#details a.rack-link")
+        _no_overflow(page)
+        page.screenshot(path=f"/tmp/rackscale-web-hostile-{next(k for k, v in HOSTILE.items() if v == payload)}.png")
+        page.wait_for_timeout(300)
+        assert page.evaluate("window.__xss") is None
+        hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
+        assert not [h for h in hrefs if h.lower().lstrip().startswith("javascript:")]
