@@ -20,6 +20,7 @@ import httpx
 import pytest
 from tests.service.conftest import LiveService, serve_in_thread, small_cluster, wait_for
 
+from rackscale.cli.output import printable
 from rackscale.model.specs import cluster_from_dict
 from rackscale.model.topology import GPUCluster
 from rackscale.service.app import ServiceConfig
@@ -764,3 +765,51 @@ def test_hostile_names_and_messages_are_shown_as_text_and_keep_the_layout(
         assert page.evaluate("window.__xss") is None
         hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
         assert not [h for h in hrefs if h.lower().lstrip().startswith("javascript:")]
+
+
+# Text the page cannot trust to be printable: a job's message on the `local` backend ends with the last line of
+# its log (the tenant's own output), and `/#job/NAME` is whatever a link says. The page shows such characters
+# as the CLI does (`printable`): as escapes, never acted on (U+202E would show the rest of the line reversed).
+CONTROLS = {
+    "ansi-clear-title": "\x1b[2J\x1b]0;pwned\x07done",
+    "rtl-override": "report\u202etxt.exe",
+    "isolates-and-marks": "a\u2066b\u2069c\u200fd\u061ce",
+    "carriage-return": "ok\rFAILED",
+    "c1-csi": "x\x9b31my",
+    "line-separator": "one\u2028two\u2029three",
+}
+
+
+@pytest.mark.parametrize("text", list(CONTROLS.values()), ids=list(CONTROLS))
+def test_control_and_bidi_characters_are_shown_escaped_as_the_cli_does(
+    service: LiveService, page: Any, text: str
+) -> None:
+    c = service.client()
+    submit(c, name="loud", kind="training", gpus=4)
+    running(c, "loud")
+    shown = printable(text, multiline=True)
+    assert shown != text
+
+    def hostile_message(route: Any) -> None:  # what a job's log line brings into its message and events
+        reply = route.fetch()
+        body = reply.json()
+        for item in body.get("items", [body]):
+            item["message"] = text
+        route.fulfill(response=reply, json=body)
+
+    page.route("**/v1/jobs/loud", hostile_message)
+    page.route("**/v1/jobs/loud/events*", hostile_message)
+    page.goto(service.url + f"/#token={service.admin_token}")
+    page.wait_for_selector("#running tr[data-job=loud]")
+    page.goto(service.url + "/#job/loud")
+    page.wait_for_selector("#details [data-field=reason] >> text=Scheduled")
+    assert page.text_content("#details [data-field=reason]") == f"Scheduled {shown}"
+    page.wait_for_selector("#details table.events tbody tr")
+    assert shown in page.text_content("#details table.events")
+    assert text not in page.text_content("#d-body")
+
+    # A link's job name: shown escaped in the panel's title and its "no job named" line.
+    page.goto(service.url + "/#job/" + quote(text, safe=""))
+    page.wait_for_selector("#details .error")
+    assert page.text_content("#d-name") == shown
+    assert shown in page.text_content("#details .error")

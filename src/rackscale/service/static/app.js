@@ -16,13 +16,25 @@
   const $ = (id) => document.getElementById(id);
   const enc = encodeURIComponent;
 
+  // Text from the service (a job's message holds the last line of its log) or the address bar, as the CLI's
+  // printable() shows it (cli/output.py): controls (C0 but tab and newline, DEL, C1), the line and paragraph
+  // separators, the bidi controls and marks (U+202E shows the rest of a line reversed) and lone surrogates are
+  // written as escapes ("\x1b", "\u202e"), so a value reads as what it holds. Every text goes through it (h).
+  const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]/gu;
+  const escapeChar = (c) => {
+    const n = c.charCodeAt(0);
+    return n < 0x100 ? "\\x" + n.toString(16).padStart(2, "0") : "\\u" + n.toString(16).padStart(4, "0");
+  };
+  const printable = (s) => String(s).replace(UNSAFE, escapeChar);
+
   function h(tag, props, ...kids) {
     const e = document.createElement(tag);
     if (props) {
       for (const [k, v] of Object.entries(props)) {
         if (v === null || v === undefined || v === false) continue;
         if (k === "class") e.className = v;
-        else if (k === "text") e.textContent = v;
+        else if (k === "text") e.textContent = printable(v);
+        else if (k === "title") e.title = printable(v);
         else if (k === "style") e.style.cssText = v;
         else if (k.startsWith("data-")) e.setAttribute(k, v);
         else e[k] = v;
@@ -30,7 +42,7 @@
     }
     for (const kid of kids.flat(Infinity)) {
       if (kid === null || kid === undefined || kid === false) continue;
-      e.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+      e.append(kid instanceof Node ? kid : document.createTextNode(printable(kid)));
     }
     return e;
   }
@@ -327,8 +339,8 @@
     document.body.classList.toggle("loaded", S.loaded);
     const box = $("state");
     box.setAttribute("data-kind", kind);
-    $("state-title").textContent = title;
-    $("state-text").textContent = text;
+    $("state-title").textContent = printable(title);
+    $("state-text").textContent = printable(text);
     box.hidden = S.loaded || kind === "ready";
     if (!S.loaded) $("cluster-info").textContent = kind === "loading" ? "connecting…" : "not connected";
   }
@@ -344,7 +356,7 @@
     } else {
       const at = clock(Date.now() / 1000, Date.now() / 1000);
       $("live-text").textContent = "offline";
-      $("banner").textContent = `${title}: ${text}. Showing the data of ` +
+      $("banner").textContent = printable(`${title}: ${text}.`) + ` Showing the data of ` +
         `${S.lastOk ? clock(S.lastOk, Date.now() / 1000) : "–"}; retrying every ${POLL_MS / 1000} s (last try ${at}).`;
       $("banner").hidden = !S.loaded;
       setState("unreachable", title, `${text}. Retrying every ${POLL_MS / 1000} s (last try ${at}).`);
@@ -366,7 +378,7 @@
     $("login").hidden = false;
     $("live").className = "live stale";
     $("live-text").textContent = error ? "token refused" : "token needed";
-    $("login-error").textContent = error ? "the service refused this token: " + error : "";
+    $("login-error").textContent = error ? printable("the service refused this token: " + error) : "";
     $("token").value = "";
     $("token").focus();
     if (error) setState("refused", "The service refused the token", `It answered "${error}". Paste a valid token to go on.`);
@@ -382,7 +394,7 @@
       await api("/v1/cluster");
     } catch (e) {
       token = "";
-      $("login-error").textContent = e instanceof AuthError ? "the service refused this token: " + e.message : e.message;
+      $("login-error").textContent = printable(e instanceof AuthError ? "the service refused this token: " + e.message : e.message);
       return;
     }
     sessionStorage.setItem(TOKEN_KEY, t);
@@ -411,12 +423,12 @@
 
   function renderHeader() {
     const c = S.cluster;
-    $("cluster-info").textContent =
+    $("cluster-info").textContent = printable(
       `${c.name} · ${c.backend} · ${c.racks} racks · ${c.nodes} nodes · ${c.gpus} GPUs · ` +
-      `clock ${stamp(c.now)}${c.speed !== 1 ? ` (×${c.speed})` : ""}`;
+      `clock ${stamp(c.now)}${c.speed !== 1 ? ` (×${c.speed})` : ""}`);
     $("cluster-info").title = "the service's clock" + (c.speed !== 1 ? `, running ${c.speed} times as fast as the wall clock` : "");
     $("signout").hidden = !token;
-    document.title = `rackscale · ${c.name}`;
+    document.title = printable(`rackscale · ${c.name}`);
   }
 
   // Two kinds of figure, named apart: "now" (this instant) and "since start" (summed since the service
@@ -749,7 +761,8 @@
         if (typeof spec === "function") {
           if (tr._sig !== sig || !td.firstChild) td.replaceChildren(spec());
         } else {
-          if (td.textContent !== spec[0]) td.textContent = spec[0];
+          const text = printable(spec[0]);
+          if (td.textContent !== text) td.textContent = text;
           if (td.className !== spec[1]) td.className = spec[1];
         }
       });
@@ -804,7 +817,7 @@
     document.body.classList.toggle("with-details", !!name);
     if (!name) return;
     panel.setAttribute("data-job", name);
-    $("d-name").textContent = name;
+    $("d-name").textContent = printable(name);
     const body = $("d-body");
     const job = S.job;
     const holds = !!job && !(job instanceof Error) && job.status === "running"; // coloured like its GPUs
