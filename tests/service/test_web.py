@@ -813,3 +813,29 @@ def test_control_and_bidi_characters_are_shown_escaped_as_the_cli_does(
     page.wait_for_selector("#details .error")
     assert page.text_content("#d-name") == shown
     assert shown in page.text_content("#details .error")
+
+
+def test_a_rack_whose_name_holds_a_comma_shows_its_grid(tmp_path: Path, page: Any) -> None:
+    """A pool's name is plain text, so a rack's may hold a comma; the page asked for its racks' grids as one
+    comma-separated detail=, which split such a name and left its grid empty without a word. It now asks
+    with one rack= per rack, matched exactly (detail= stays for scripts)."""
+    cluster = cluster_from_dict(
+        {
+            "apiVersion": "rackscale.io/v1",
+            "kind": "Cluster",
+            "metadata": {"name": "commas"},
+            "spec": {"pools": [{"name": "a,b", "gpuType": "H100", "racks": 1}]},
+        }
+    )
+    rack = cluster.racks[0].name
+    assert "," in rack
+    cfg = ServiceConfig(data_dir=tmp_path / "data", cluster=cluster, speed=1000.0, interval_s=0.01)
+    with serve_in_thread(cfg) as live:
+        c = live.client()
+        submit(c, name="train-a", kind="training", gpus=4)
+        running(c, "train-a")
+        by_rack = c.get("/v1/ui/overview", params={"rack": rack}).json()
+        assert [d["name"] for d in by_rack["detail"]] == [rack] and by_rack["detail"][0]["cells"]
+        assert c.get("/v1/ui/overview", params={"detail": rack}).json()["detail"] == []  # why rack= exists
+        page.goto(live.url + f"/#token={live.admin_token}")
+        page.wait_for_selector(".gpu[data-job=train-a]")  # the grid of the rack, with the job's GPUs

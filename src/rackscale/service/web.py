@@ -1,10 +1,10 @@
 """The web dashboard at ``/``: one static page (``static/``: plain HTML, CSS and JS, no build step, nothing
 fetched from the internet) that polls the REST API, plus one compact JSON route the API lacks.
 
-``GET /v1/ui/overview?detail=r000,r001`` returns every rack's utilisation in one request (for the aggregate
-view of a cluster with 100+ racks) and, for the racks named in ``detail`` (the ones the page shows), the
-occupied GPUs of their grids as sparse cells. The cost is O(racks + allocated GPUs + detail nodes), never
-a scan of every GPU. Auth is the API's: with a token file, a valid bearer token or 401.
+``GET /v1/ui/overview?rack=r000&rack=r001`` (or ``detail=r000,r001``) returns every rack's utilisation in
+one request (for the aggregate view of a cluster with 100+ racks) and, for the racks named (the ones the
+page shows), the occupied GPUs of their grids as sparse cells. The cost is O(racks + allocated GPUs + detail
+nodes), never a scan of every GPU. Auth is the API's: with a token file, a valid bearer token or 401.
 
 The page and its assets carry :data:`PAGE_HEADERS`: a Content-Security-Policy under which only the page's own
 script and style run and it talks only to its own origin (were a value ever written as markup, its inline
@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
@@ -72,16 +72,20 @@ def mount(app: FastAPI, ctx: ServiceContext) -> None:
     app.mount("/static", _Assets(directory=static), name="static")
 
     @app.get("/v1/ui/overview", include_in_schema=False)
-    async def overview(request: Request, detail: str = "") -> JSONResponse:
+    async def overview(
+        request: Request, detail: str = "", rack: Annotated[list[str] | None, Query()] = None
+    ) -> JSONResponse:
         who = authenticate(ctx, request.headers.get("authorization"))  # the API's rule; HttpProblem -> 401
         wanted: list[int] = []
-        for name in detail.split(","):
-            r = rack_by_name.get(name.strip())
+        # ``rack=NAME`` (repeated) names a rack exactly: a rack name may hold a comma (its pool's name is
+        # plain text), which ``detail=`` (comma-separated, kept for scripts) cannot say.
+        for name in [*(n.strip() for n in detail.split(",")), *(rack or [])]:
+            r = rack_by_name.get(name)
             if r is not None and r not in wanted:
                 wanted.append(r)
         if len(wanted) > MAX_DETAIL_RACKS:
             return JSONResponse(
-                {"detail": f"at most {MAX_DETAIL_RACKS} racks in detail= (got {len(wanted)}); page through them"},
+                {"detail": f"at most {MAX_DETAIL_RACKS} racks in detail (got {len(wanted)}); page through them"},
                 status_code=422,
             )
 

@@ -296,7 +296,8 @@
     if (S.login) return;
     try {
       const sel = S.selected;
-      const overviewUrl = () => "/v1/ui/overview?detail=" + enc(visibleRacks().join(","));
+      // one rack= per rack: a rack's name may hold a comma (detail= is comma-separated)
+      const overviewUrl = () => "/v1/ui/overview?" + visibleRacks().map((r) => "rack=" + enc(r)).join("&");
       const asResult = (p) => p.catch((e) => { if (e instanceof AuthError) throw e; return e; });
       const [cluster, kpis, ov, pend, run, tail, job, events] = await Promise.all([
         api("/v1/cluster"),
