@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rackscale import loaders
 from rackscale.loaders import (
     SpecError,
     load_any,
@@ -387,6 +391,63 @@ def test_a_device_without_a_size_is_read_only_up_to_the_limit() -> None:
         pytest.skip("no /dev/zero")
     with pytest.raises(SpecError, match=r"/dev/zero: the text is more than 64 MiB"):
         load_jobs("/dev/zero")
+
+
+def _fifo(d: Path) -> Path:
+    os.mkfifo(d / "pipe.yaml")
+    return d / "pipe.yaml"
+
+
+def _loop(d: Path) -> Path:
+    (d / "loop.yaml").symlink_to(d / "loop.yaml")
+    return d / "loop.yaml"
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (_fifo, "pipe.yaml: a named pipe (FIFO) that nothing wrote to in 0.2 s"),
+        (_loop, "loop.yaml: cannot read: Too many levels of symbolic links"),
+    ],
+    ids=["fifo-without-writer", "symlink-loop"],
+)
+def test_a_path_that_never_gives_text_is_refused_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setup: Any, message: str
+) -> None:
+    """A FIFO nobody writes to hung the open (and with it `apply -f`, `preflight --cluster-spec`, ...)."""
+    monkeypatch.setattr(loaders, "FIFO_WAIT_S", 0.2, raising=False)
+    path = setup(tmp_path)
+    for load in (load_cluster, load_jobs, load_any):
+        got: list[BaseException] = []
+        reader = threading.Thread(target=_catch, args=(load, path, got), daemon=True)
+        reader.start()
+        reader.join(5)  # a daemon thread: a hang fails the test instead of the run
+        assert not reader.is_alive(), f"{load.__name__} hangs on {path}"
+        assert len(got) == 1 and isinstance(got[0], SpecError) and message in str(got[0]), got
+
+
+def _catch(load: Any, path: Path, into: list[BaseException]) -> None:
+    try:
+        load(path)
+    except BaseException as e:  # the test checks which
+        into.append(e)
+
+
+def test_a_pipe_whose_writer_comes_is_read(tmp_path: Path) -> None:
+    """`--cluster <(cmd)` and a FIFO whose writer starts a moment later still work."""
+    path = _fifo(tmp_path)
+
+    def write() -> None:
+        time.sleep(0.3)
+        path.write_text("name: train-1\nkind: training\ngpus: 8\n")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        (job,) = load_jobs(path)
+    finally:
+        writer.join()
+    assert job.name == "train-1"
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
+import stat
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -42,6 +44,7 @@ Loc = tuple[str | int, ...]
 MAX_TEXT_CHARS = 64 * 1024 * 1024  # 64 MiB of text (characters; a file's bytes are checked before reading)
 MAX_ALIAS_VALUES = 1_000_000  # values a document may gain through aliases (*alias repeats an &anchor's values)
 MAX_DEPTH = 64  # lists and mappings nested in one another
+FIFO_WAIT_S = 10.0  # how long a named pipe (FIFO) is waited on for its writer before it is refused
 
 
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -219,7 +222,7 @@ def _check_size(text: str) -> None:
 def _read(path: str | os.PathLike[str]) -> str:
     source = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(_open_fd(path, source), encoding="utf-8") as f:
             size = os.fstat(f.fileno()).st_size
             if size > MAX_TEXT_CHARS:  # a regular file: its size is known without reading it
                 raise SpecError([_too_big(_mib(size))], source)
@@ -234,6 +237,30 @@ def _read(path: str | os.PathLike[str]) -> str:
     except OSError as err:
         problem = SpecProblem((), f"cannot read: {err.strerror or err}", "check that it is a readable file")
     raise SpecError([problem], source)
+
+
+def _open_fd(path: str | os.PathLike[str], source: str) -> int:
+    """``path`` opened for reading, as a blocking descriptor. Opened without blocking first: a named pipe
+    (FIFO) that nobody writes to would otherwise hang the open for ever. A pipe (``<(cmd)``, a FIFO whose
+    writer comes) is waited on for :data:`FIFO_WAIT_S` at most; with nothing by then it is refused."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode) and not select.select([fd], [], [], FIFO_WAIT_S)[0]:
+            raise SpecError(
+                [
+                    SpecProblem(
+                        (),
+                        f"a named pipe (FIFO) that nothing wrote to in {FIFO_WAIT_S:g} s",
+                        "give a regular file, or start the pipe's writer first",
+                    )
+                ],
+                source,
+            )
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def documents(text: str, source: str) -> list[Document]:
