@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
+from rackscale.cli.app import app as rackscale_app
 from rackscale.cli.pack import pack
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.spec_errors import SpecError
@@ -167,3 +169,57 @@ def test_cli_json_and_missing_trace_hint(tmp_path: Path) -> None:
     assert report["published"]["FGD"]["130"] == 95.39
     missing = CliRunner().invoke(cli(), ["pack", "--nodes", str(tmp_path / "nope.csv"), "--pods", str(pods_csv)])
     assert missing.exit_code == 2 and "--nodes PATH" in missing.output
+
+
+def _zero_gpu_nodes(tmp: Path) -> list[str]:
+    nodes_csv, pods_csv = write_trace(tmp)
+    nodes_csv.write_text(f"{NODE_HEADER}\na,32000,131072,0,A\n")
+    return ["--nodes", str(nodes_csv), "--pods", str(pods_csv)]
+
+
+def _cpu_only_pods(tmp: Path) -> list[str]:
+    nodes_csv, pods_csv = write_trace(tmp)
+    pods_csv.write_text(f"{FIVE}\np0,2000,4096,0,0\n")
+    return ["--nodes", str(nodes_csv), "--pods", str(pods_csv)]
+
+
+def _no_pods(tmp: Path) -> list[str]:
+    nodes_csv, pods_csv = write_trace(tmp)
+    pods_csv.write_text(f"{FIVE}\n")
+    return ["--nodes", str(nodes_csv), "--pods", str(pods_csv)]
+
+
+def _trace(tmp: Path) -> list[str]:
+    nodes_csv, pods_csv = write_trace(tmp)
+    return ["--nodes", str(nodes_csv), "--pods", str(pods_csv)]
+
+
+@pytest.mark.parametrize(
+    ("setup", "extra", "says"),
+    [
+        (_zero_gpu_nodes, [], "nodes.csv: no node has a GPU"),
+        (_cpu_only_pods, [], "pods.csv: no pod asks for a GPU"),
+        (_no_pods, [], "pods.csv"),
+        (_trace, ["--seeds", "1001"], "--seeds must be at most 1000"),  # 1e12 built a list of 1e12 seeds
+        (_trace, ["--workers", "65"], "--workers must be at most 64"),
+        (lambda tmp: [*_trace(tmp)[:2], "--nodes", str(tmp)], [], "--nodes"),
+        (lambda tmp: [*_trace(tmp)[:2], "--pods", "/dev/null"], [], "--pods /dev/null: not a regular file"),
+    ],
+    ids=[
+        "nodes-without-gpus",
+        "pods-without-gpus",
+        "no-pods",
+        "seeds-over",
+        "workers-over",
+        "nodes-folder",
+        "pods-device",
+    ],
+)
+def test_cli_hostile_input_is_one_error_line(tmp_path: Path, setup: Any, extra: list[str], says: str) -> None:
+    """A trace without GPUs was a ZeroDivisionError/ValueError traceback; --seeds 1e12 built 1e12 seeds."""
+    argv = ["pack", *setup(tmp_path), "--workers", "1", "--seeds", "1", "--policy", "FGD", *extra]
+    done = CliRunner().invoke(rackscale_app, argv)  # the product's app: its one-line errors
+    assert done.exit_code == 2, done.output
+    assert done.exception is None or isinstance(done.exception, SystemExit), done.exception
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], done.stderr

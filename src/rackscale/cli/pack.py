@@ -17,11 +17,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rackscale.cli.bench import MAX_WORKERS
 from rackscale.cli.output import fail
 
 if TYPE_CHECKING:
     from rackscale.pack.experiment import Job, RunResult
 
+MAX_SEEDS = 1000  # as `bench simulate --seeds`: each seed is one run of every policy
 TRACE_DIR = Path("../shared/traces/alibaba-openb")
 DEFAULT_NODES = TRACE_DIR / "openb_node_list_gpu_node.csv"
 DEFAULT_PODS = TRACE_DIR / "openb_pod_list_default.csv"
@@ -39,10 +41,12 @@ COLUMNS = (
 
 
 def _existing(path: Path, option: str) -> Path:
+    if path.exists() and not path.is_file():
+        fail(f"{option} {path}: not a regular file (a folder, a device or a pipe): give the trace's CSV file")
     if not path.is_file():
         fail(
-            f"trace file not found: {path} (resolved from {Path.cwd()}).\n"
-            f"Fix: run from the repository root, which has the traces at {TRACE_DIR}/, or pass {option} PATH."
+            f"{option} {path}: trace file not found (resolved from {Path.cwd()}) (fix: run from the repository "
+            f"root, which has the traces at {TRACE_DIR}/, or pass {option} PATH)"
         )
     return path
 
@@ -113,9 +117,13 @@ def pack(
         "--pods",
         help="Pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli; gpu_spec optional: empty = any model).",
     ),
-    seeds: int = typer.Option(10, "--seeds", min=1, help="Use the first N seeds of 42, 43, ... (the paper uses 10)."),
+    seeds: int = typer.Option(
+        10, "--seeds", min=1, max=MAX_SEEDS, help="Use the first N seeds of 42, 43, ... (the paper uses 10)."
+    ),
     policies: list[str] | None = typer.Option(None, "--policy", help=POLICY_HELP),
-    workers: int = typer.Option(0, "--workers", min=0, help="Processes to run seeds in (0 = one per CPU)."),
+    workers: int = typer.Option(
+        0, "--workers", min=0, max=MAX_WORKERS, help="Processes to run seeds in (0 = one per CPU)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print {'policies', 'published', 'seeds'} as JSON."),
 ) -> None:
     """Static packing (the FGD paper's experiment): pods of the trace arrive in a seeded random order, inflated

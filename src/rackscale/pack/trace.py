@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from rackscale.model.spec_errors import SpecError, SpecProblem
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import JobSpec
 from rackscale.scheduler.placement.fgd import PodType, pod_type
@@ -35,7 +36,15 @@ class Trace:
     def read(cls, *, nodes: str | os.PathLike[str], pods: str | os.PathLike[str]) -> Trace:
         """Raises :class:`rackscale.model.spec_errors.SpecError` naming each bad row (file:line)."""
         # Pods come in the loader's order (by creation time, file order without one); each seed shuffles them.
-        return cls(cluster=load_alibaba_nodes(nodes), pods=load_alibaba_pods(pods, on_error="reject").jobs)
+        trace = cls(cluster=load_alibaba_nodes(nodes), pods=load_alibaba_pods(pods, on_error="reject").jobs)
+        # The experiment measures GPU allocation: without GPUs on either side there is nothing to measure.
+        if trace.capacity_gpus == 0:
+            fix = "give a node list with GPUs (the gpu column)"
+            raise SpecError([SpecProblem((), "no node has a GPU: the allocation ratio is undefined", fix)], str(nodes))
+        if not (trace.demand_milli > 0).any():
+            fix = "give a pod list with GPU pods (num_gpu, gpu_milli)"
+            raise SpecError([SpecProblem((), "no pod asks for a GPU: nothing to pack", fix)], str(pods))
+        return trace
 
     @property
     def capacity_gpus(self) -> int:
