@@ -145,6 +145,13 @@ def test_an_endpoint_that_cannot_be_used_is_one_error_line_and_no_run(
         (["--cluster", "/nonexistent/cluster.yaml"], "file not found"),
         (["--samples", "/nonexistent/samples.json"], "file not found (--samples)"),
         (["--target-qps", "fast"], "--target-qps must be a number"),
+        # Past LoadGen's 64-bit ns/ms a run was a pybind TypeError traceback; past MAX_QUERIES, unbounded memory.
+        (["--latency-bound-ms", "1e13"], "--latency-bound-ms is too large for LoadGen's 64-bit ns"),
+        (["--duration-s", "1e17"], "--duration-s is too large for LoadGen's 64-bit ms"),
+        (["--duration-s", "1", "--max-duration-s", "1e300"], "--max-duration-s is too large for LoadGen's 64-bit ms"),
+        (["--target-qps", "1e12"], "--target-qps with --duration-s 10 asks LoadGen for 1e+13 queries"),
+        (["--scenario", "Offline", "--target-qps", "1e300"], "--target-qps with --duration-s 10 asks LoadGen"),
+        (["--scenario", "SingleStream", "--latency-bound-ms", "1e-9"], "--latency-bound-ms with --duration-s 10"),
     ],
     ids=[
         "multistream",
@@ -165,6 +172,12 @@ def test_an_endpoint_that_cannot_be_used_is_one_error_line_and_no_run(
         "cluster-missing",
         "samples-missing",
         "qps-not-a-number",
+        "bound-over-int64-ns",
+        "duration-over-int64-ms",
+        "max-duration-over-int64-ms",
+        "server-queries-over-bound",
+        "offline-samples-over-bound",
+        "single-stream-queries-over-bound",
     ],
 )
 def test_bad_options_exit_2_with_one_line_naming_the_option(args: list[str], says: str) -> None:

@@ -20,6 +20,8 @@ from rackscale.model.errors import RackscaleError
 LOADGEN_EXTRA = "pip install 'rackscale[loadgen]'"
 MAX_SAMPLES = 1_000_000  # the query sample library's size: LoadGen keeps an index per sample
 MAX_CONCURRENCY = 1024
+MAX_QUERIES = 10**9  # queries of one run (LoadGen generates them all up front): --min-queries, rate x duration
+LOADGEN_INT_MAX = 2**63 - 1  # LoadGen's durations (ms) and latencies (ns) are 64-bit integers
 
 
 class Scenario(StrEnum):
@@ -79,7 +81,24 @@ class RunOptions:
                     "--max-duration-s",
                     f"must be at least --duration-s ({self.max_duration_s:g} < {self.min_duration_s:g})",
                 )
-        _count("--min-queries", self.min_query_count, 1, 10**9)
+        _count("--min-queries", self.min_query_count, 1, MAX_QUERIES)
+        _fits("--latency-bound-ms", self.latency_bound_ms, 1e6, "ns")
+        _fits("--duration-s", self.min_duration_s, 1e3, "ms")
+        if self.max_duration_s is not None:
+            _fits("--max-duration-s", self.max_duration_s, 1e3, "ms")
+        # The queries LoadGen generates for the min duration: Server and Offline at --target-qps (Offline's
+        # one query holds that many samples), SingleStream one per expected latency.
+        if self.scenario is Scenario.SINGLE_STREAM:
+            option, rate = "--latency-bound-ms", 1e3 / max(self.latency_bound_ms, 1e-6)
+        else:
+            option, rate = "--target-qps", self.target_qps
+        if rate * self.min_duration_s > MAX_QUERIES:
+            raise SettingsError(
+                option,
+                f"with --duration-s {self.min_duration_s:g} asks LoadGen for {rate * self.min_duration_s:.3g} "
+                f"queries, more than {MAX_QUERIES:,} (fix: a shorter --duration-s or a "
+                f"{'longer latency' if option == '--latency-bound-ms' else 'lower rate'})",
+            )
         _count("--sample-count", self.sample_count, 1, MAX_SAMPLES)
         _count("--concurrency", self.concurrency, 1, MAX_CONCURRENCY)
 
@@ -87,6 +106,11 @@ class RunOptions:
 def _positive(option: str, value: float) -> None:
     if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
         raise SettingsError(option, f"must be a finite number above 0 (got {value})")
+
+
+def _fits(option: str, value: float, per_unit: float, unit: str) -> None:
+    if value * per_unit > LOADGEN_INT_MAX:
+        raise SettingsError(option, f"is too large for LoadGen's 64-bit {unit} (got {value:g})")
 
 
 def _count(option: str, value: int, low: int, high: int) -> None:
