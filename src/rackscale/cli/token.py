@@ -13,6 +13,7 @@ import yaml
 
 from rackscale.cli.output import fail, printable
 from rackscale.model.text import NAME_FIX, NAME_RULE
+from rackscale.service.auth import PRIORITY_MAX, PRIORITY_MIN
 
 ROLES = ("admin", "tenant", "scrape")
 
@@ -25,7 +26,10 @@ def token(
         typer.Option("--queue", "-q", help="A tenant's queue (repeatable; the first is its default)."),
     ] = None,
     max_priority: Annotated[
-        int | None, typer.Option("--max-priority", help="A tenant's priority ceiling (default 0).")
+        int | None,
+        typer.Option(
+            "--max-priority", help="A tenant's priority ceiling (default 0).", min=PRIORITY_MIN, max=PRIORITY_MAX
+        ),
     ] = None,
     priority_class: Annotated[
         list[str] | None,
@@ -54,6 +58,9 @@ def token(
     for q in queue or ():
         if NAME_RULE.fullmatch(q) is None:
             fail(f"--queue {q!r} is not a valid queue name ({NAME_FIX})")
+    for c in priority_class or ():
+        if NAME_RULE.fullmatch(c) is None:
+            fail(f"--priority-class {c!r} is not a valid priority class name ({NAME_FIX})")
     secret = secrets.token_urlsafe(32)
     entry: dict[str, object] = {"name": name, "role": role}
     if role == "tenant":

@@ -35,6 +35,7 @@ Role = Literal["admin", "tenant", "scrape"]
 # What a tenant may ask for when its entry says nothing (a Kubernetes ResourceQuota scoped to PriorityClass
 # does the same): the default priority and below, and only these classes.
 TENANT_MAX_PRIORITY = 0
+PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1  # a job's priority (and so a maxPriority): Kubernetes' int32
 TENANT_PRIORITY_CLASSES = ("default", "low-priority")
 
 
@@ -88,7 +89,7 @@ class _TokenDoc(BaseModel):
     queues: list[str] = Field(default_factory=list)
     token: str | None = Field(None, min_length=16)
     token_sha256: str | None = Field(None, alias="tokenSha256", pattern=r"^[0-9a-f]{64}$")
-    max_priority: int | None = Field(None, alias="maxPriority", ge=-(2**31), le=2**31 - 1)
+    max_priority: int | None = Field(None, alias="maxPriority", ge=PRIORITY_MIN, le=PRIORITY_MAX)
     priority_classes: list[str] | None = Field(None, alias="priorityClasses")
 
     @model_validator(mode="after")
