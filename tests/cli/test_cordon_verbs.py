@@ -98,10 +98,27 @@ def test_drain_gives_up_waiting_after_its_timeout(service: LiveService) -> None:
         (["cordon", "node", "nope"], 1, "no node named 'nope'"),
         (["uncordon", "rack", "nope"], 1, "no rack named 'nope'"),
         (["cordon", "shelf", "r000"], 2, ""),
+        # A NAME with a newline printed a second line (its prefix was not escaped); an empty one was a 404.
+        (["cordon", "node", "r000-n00\nok"], 1, "node/r000-n00\\x0aok: no node named"),
+        (["drain", "rack", "r000\x1b[2J"], 1, "rack/r000\\x1b[2J: no rack named"),
+        (["cordon", "node", ""], 2, "NAME is empty"),
+        (["uncordon", "rack", ""], 2, "NAME is empty"),
     ],
-    ids=["bad-grace", "unknown-node", "unknown-rack", "bad-target"],
+    ids=[
+        "bad-grace",
+        "unknown-node",
+        "unknown-rack",
+        "bad-target",
+        "newline-name",
+        "ansi-name",
+        "empty-node",
+        "empty-rack",
+    ],
 )
 def test_bad_input(service: LiveService, args: list[str], code: int, says: str) -> None:
     out = runner.invoke(app, args)
     assert out.exit_code == code, out.output
     assert says in out.output
+    if says:
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert status_of("r000-n00") == "schedulable"  # bad input touches no node

@@ -40,11 +40,13 @@ def hold(
     token_file: Any,
 ) -> None:
     """POST the verb, then print each node's new state."""
+    if not name:
+        die(f"NAME is empty: give the {target.value}'s name (see `rackscale get nodes`)", EXIT_USAGE)
     with connect(server, token_file) as api:
         try:
             got = api.post(f"/v1/{target.value}s/{quote_path(name)}/{verb}", body)
         except ApiFailure as e:
-            die(f"{target.value}/{name}: {e.message}")
+            die(f"{target.value}/{printable(name)}: {e.message}")  # a newline in NAME stays on the one line
     if output is not OutputFormat.table:
         emit(got, output)
         return

@@ -73,7 +73,7 @@ def wait_drained(
             try:
                 got = api.get(path, **params)
             except ApiFailure as e:
-                die(f"{target.value}/{name}: {e.message}")
+                die(f"{target.value}/{printable(name)}: {e.message}")
             nodes = [got] if target is Target.node else got.get("items", [])
             left = [str(n.get("name")) for n in nodes if n.get("mode") != "drained"]
             if not left:
@@ -83,7 +83,7 @@ def wait_drained(
             if time.monotonic() >= end:
                 shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
                 die(
-                    f"{target.value}/{name}: not drained after {deadline_s:g} s: {shown} still run jobs "
+                    f"{target.value}/{printable(name)}: not drained after {deadline_s:g} s: {shown} still run jobs "
                     "(or were uncordoned)"
                 )
             time.sleep(POLL_S)
