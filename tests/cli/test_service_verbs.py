@@ -414,6 +414,25 @@ def test_cancel_moves_jobs_to_cancelled_and_reports_ended_ones(service: LiveServ
     assert [j["name"] for j in yaml.safe_load(out)["items"]] == ["pending-one", "long"]
 
 
+@pytest.mark.parametrize(
+    ("names", "code", "says"),
+    [
+        (["ghost\nok"], 1, "job/ghost\\x0aok: no job named"),  # a second line was forged
+        (["ghost\x1b[2J"], 1, "job/ghost\\x1b[2J: no job named"),
+        ([""], 2, "NAME is empty"),  # was the server's bare 404
+        (["long", ""], 2, "NAME is empty"),  # refused before anything is cancelled
+    ],
+    ids=["newline-name", "ansi-name", "empty-name", "empty-beside-a-real-one"],
+)
+def test_cancel_of_a_hostile_name_is_one_line(service: LiveService, names: list[str], code: int, says: str) -> None:
+    submit_api(service, job_doc("long"))
+    wait_status(service, "long", "running")
+    got, out, err = rs(service, "cancel", *names)
+    assert got == code and out == "", (out, err)
+    assert len(err.strip().splitlines()) == 1 and says in err, err
+    assert job(service, "long")["status"] == "running"
+
+
 # ----------------------------------------------------------------------------------------- top
 def test_top_racks_shows_allocation_per_rack(service: LiveService) -> None:
     submit_api(service, job_doc("big", gpus=36))

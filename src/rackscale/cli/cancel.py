@@ -10,6 +10,7 @@ import typer
 
 from rackscale.cli.client import (
     EXIT_SERVER,
+    EXIT_USAGE,
     Api,
     ApiFailure,
     ServerOpt,
@@ -39,7 +40,7 @@ def _ended_line(name: str, job: dict[str, Any], now: float | None) -> str:
     status = str(job.get("status", "?"))
     ended = job.get("ended")
     when = f" {age(now - ended)} ago" if now is not None and isinstance(ended, int | float) else ""
-    return f"job/{name} had already ended ({status}{when}): nothing to cancel"
+    return f"job/{printable(name)} had already ended ({status}{when}): nothing to cancel"
 
 
 def cancel(
@@ -73,6 +74,8 @@ def cancel(
     Exit codes: 0 every job cancelled; 1 a job had already ended (without --ignore-ended), does not
     exist, or the server said no; 2 bad usage.
     """
+    if "" in names:
+        die("NAME is empty: give the job's name (see `rackscale get jobs`)", EXIT_USAGE)
     done: list[Any] = []
     failed = ended = 0
     as_doc = output if output in (OutputFormat.json, OutputFormat.yaml) else None  # else: one line per job
@@ -84,7 +87,7 @@ def cancel(
                 job = api.delete(f"/v1/jobs/{quote_path(name)}")
             except ApiFailure as e:
                 failed += 1
-                warn(f"error: job/{name}: {e.message}")
+                warn(f"error: job/{printable(name)}: {e.message}")  # a newline in NAME stays on the line
                 continue
             done.append(job)
             status, at = job.get("status"), job.get("ended")
@@ -94,7 +97,7 @@ def cancel(
                     print(printable(f"job/{name} cancelled"))
             elif status in ACTIVE:
                 failed += 1
-                warn(f"error: job/{name} is still {status}: the server did not cancel it (try again)")
+                warn(f"error: job/{printable(name)} is still {status}: the server did not cancel it (try again)")
             else:
                 line = _ended_line(name, job, before)
                 if ignore_ended:
