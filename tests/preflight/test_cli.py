@@ -122,8 +122,10 @@ def test_cli_fix_writes_the_file_and_says_so(tmp_path: Path) -> None:
         (["--subnet", "compute"], "--subnet 'compute': must be ROLE=CIDR"),
         (["--cluster-spec", "/nonexistent.yaml"], "nonexistent.yaml"),
         (["--iops-probe", "/nonexistent"], "--iops-probe '/nonexistent': not a directory"),
+        (["--timeout", "inf"], "--timeout must be at most 3600"),  # a hung command would hang preflight
+        (["--timeout", "1e12"], "--timeout must be at most 3600"),
     ],
-    ids=["unknown-check", "bad-subnet", "missing-spec", "iops-not-a-dir"],
+    ids=["unknown-check", "bad-subnet", "missing-spec", "iops-not-a-dir", "timeout-inf", "timeout-huge"],
 )
 def test_hostile_usage_is_one_line_exit_2(args: list[str], says: str) -> None:
     code, out, err = invoke(*args)

@@ -15,6 +15,8 @@ from rackscale.preflight.checks import Check, CheckName, Status  # light: datacl
 
 COLUMNS = ("check", "name", "status", "found", "required", "fix")
 
+MAX_COMMAND_TIMEOUT_S = 3600.0  # an external command (nvidia-smi, ip, ibstat) that takes longer is hung
+
 
 def preflight(
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, json or yaml.")] = OutputFormat.table,
@@ -70,7 +72,13 @@ def preflight(
     ] = 3.0,
     iops_size: Annotated[int, typer.Option("--iops-size", help="The probe's file, MiB.", min=1, max=16384)] = 256,
     timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds each external command may take.", min=0.1)
+        float,
+        typer.Option(
+            "--timeout",
+            help="Seconds each external command may take (at most an hour: inf would let a hung one hang preflight).",
+            min=0.1,
+            max=MAX_COMMAND_TIMEOUT_S,
+        ),
     ] = 10.0,
     root: Annotated[
         Path | None,
