@@ -223,10 +223,12 @@ def _read(path: str | os.PathLike[str]) -> str:
     source = os.fspath(path)
     try:
         with open(_open_fd(path, source), encoding="utf-8") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > MAX_TEXT_CHARS:  # a regular file: its size is known without reading it
-                raise SpecError([_too_big(_mib(size))], source)
-            text = f.read(MAX_TEXT_CHARS + 1)  # a pipe or a device (/dev/zero) has no size: read a bounded part
+            st = os.fstat(f.fileno())
+            if st.st_size > MAX_TEXT_CHARS:  # a regular file: its size is known without reading it
+                raise SpecError([_too_big(_mib(st.st_size))], source)
+            # A pipe or a device (/dev/zero) has no size: a bounded part (read(n) allocates n up front, so a
+            # regular file, within the bound already, is read whole instead).
+            text = f.read() if stat.S_ISREG(st.st_mode) else f.read(MAX_TEXT_CHARS + 1)
             if len(text) > MAX_TEXT_CHARS:
                 raise SpecError([_too_big(f"more than {_mib(MAX_TEXT_CHARS)}")], source)
             return text

@@ -438,6 +438,29 @@ def test_a_device_is_refused_and_a_pipe_read_bounded(
     writer.join(timeout=10)
 
 
+@pytest.mark.parametrize("kind", ["file", "pipe"])
+def test_a_small_trace_is_read_without_allocating_the_bound(tmp_path: Path, kind: str) -> None:
+    """read(bound + 1) allocated the whole bound (1 GiB) up front for a two-line file."""
+    import tracemalloc
+
+    from rackscale.workloads.trace_rows import read_text
+
+    text = "timestamp,duration,num_gpus,cluster\n0,1,1,a\n"
+    path = tmp_path / "t.csv"
+    if kind == "file":
+        path.write_text(text)
+    else:
+        os.mkfifo(path)
+        threading.Thread(target=lambda: path.write_text(text), daemon=True).start()
+    tracemalloc.start()
+    try:
+        assert read_text(path, "trace")[1] == text
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, peak
+
+
 @pytest.mark.parametrize(
     ("knobs", "option"),
     [

@@ -32,6 +32,7 @@ class _Reader(Protocol):
 # ~100 MB), and 10 million rows of ~100 bytes, the synthetic mix's bound. A device (/dev/zero) was read until
 # memory ran out.
 MAX_TRACE_BYTES = 1 << 30
+_PIPE_PART = 1 << 20  # characters read from a pipe at a time
 
 
 def _too_big(what: str) -> SpecProblem:
@@ -53,10 +54,18 @@ def read_text(path: str | os.PathLike[str], what: str) -> tuple[str, str]:
                 raise SpecError([SpecProblem((), "is a device, not a file", fix)], source)
             if st.st_size > MAX_TRACE_BYTES:  # a regular file's size is known before reading it
                 raise SpecError([_too_big(what)], source)
-            text = f.read(MAX_TRACE_BYTES + 1)  # a pipe's is not: a bounded read (characters <= bytes)
-            if len(text) > MAX_TRACE_BYTES:
-                raise SpecError([_too_big(what)], source)
-            return source, text
+            if stat.S_ISREG(st.st_mode):
+                return source, f.read()
+            # A pipe's is not: read in parts up to the bound (characters <= bytes). Not read(bound + 1), which
+            # allocates the whole bound (1 GiB) up front however little comes.
+            parts: list[str] = []
+            got = 0
+            while part := f.read(_PIPE_PART):
+                got += len(part)
+                if got > MAX_TRACE_BYTES:
+                    raise SpecError([_too_big(what)], source)
+                parts.append(part)
+            return source, "".join(parts)
     except FileNotFoundError:
         fix = f"check the path (relative paths start at {os.getcwd()}); the public traces are in ../shared/traces/"
         problem = SpecProblem((), "file not found", fix)
