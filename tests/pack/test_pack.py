@@ -4,11 +4,13 @@ the rackscale profile being the scheduler's own placer."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
+import yaml
 from typer.testing import CliRunner
 
 from rackscale.cli.app import app as rackscale_app
@@ -223,3 +225,73 @@ def test_cli_hostile_input_is_one_error_line(tmp_path: Path, setup: Any, extra: 
     assert done.exception is None or isinstance(done.exception, SystemExit), done.exception
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], done.stderr
+
+
+def _without_runtime(text: str) -> str:
+    """The report's text less its run time, the one value two runs of the same trace do not share."""
+    return re.sub(r'"runtime_s": [0-9.]+', '"runtime_s": 0', text)
+
+
+def _pack_argv(tmp: Path) -> list[str]:
+    return ["pack", *_trace(tmp), "--seeds", "1", "--workers", "1", "--policy", "BestFit"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "reads"),
+    [
+        (["-o", "json"], "json"),
+        (["--output", "json"], "json"),
+        (["-o", "yaml"], "yaml"),
+        (["--json", "-o", "json"], "json"),  # the same format twice is no conflict
+    ],
+    ids=["o-json", "output-json", "o-yaml", "json-and-o-json"],
+)
+def test_cli_output_is_the_json_document(tmp_path: Path, flags: list[str], reads: str) -> None:
+    """-o json is --json's document byte for byte (less the run time); -o yaml is the same document."""
+    argv = _pack_argv(tmp_path)
+    legacy = CliRunner().invoke(rackscale_app, [*argv, "--json"])
+    done = CliRunner().invoke(rackscale_app, [*argv, *flags])
+    assert legacy.exit_code == 0 and done.exit_code == 0, (legacy.output, done.output)
+    document = json.loads(legacy.stdout)
+    assert list(document["policies"]) == ["BestFit"] and document["seeds"] == [42]
+    if reads == "json":
+        assert _without_runtime(done.stdout) == _without_runtime(legacy.stdout)
+    else:
+        got = yaml.safe_load(done.stdout)
+        assert {**got, "runtime_s": 0} == {**document, "runtime_s": 0}
+
+
+@pytest.mark.parametrize("flags", [[], ["-o", "table"]], ids=["default", "o-table"])
+def test_cli_output_table(tmp_path: Path, flags: list[str]) -> None:
+    done = CliRunner().invoke(rackscale_app, [*_pack_argv(tmp_path), *flags])
+    assert done.exit_code == 0, done.output
+    assert "GPU allocation ratio" in done.stdout and "BestFit (share-best-fit)" in done.stdout
+    assert not done.stdout.lstrip().startswith("{")
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--json", "-o", "yaml"], "--json means -o json, and -o yaml was given too"),
+        (["--json", "-o", "table"], "--json means -o json, and -o table was given too"),
+        (["-o", "table", "--json"], "--json means -o json, and -o table was given too"),
+        (["-o", "xml"], "--output: 'xml' is not one of 'table', 'json', 'yaml'"),
+    ],
+    ids=["json-and-yaml", "json-and-table", "table-then-json", "unknown-format"],
+)
+def test_cli_output_conflicts_are_refused_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str], says: str
+) -> None:
+    """Refused before the trace is read: a missing trace file would be another error, and no run starts."""
+    import rackscale.pack.experiment as experiment
+
+    def no_run(**_: Any) -> list[Any]:
+        raise AssertionError("the experiment ran")
+
+    monkeypatch.setattr(experiment, "run_experiment", no_run)
+    missing = str(tmp_path / "nope.csv")
+    done = CliRunner().invoke(rackscale_app, ["pack", "--nodes", missing, "--pods", missing, *flags])
+    assert done.exit_code == 2, done.output
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "nope.csv" not in lines[0], done.stderr

@@ -3,9 +3,7 @@ scheduler's profiles: ``rackscale`` beside the paper's policies (as profiles) an
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -18,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rackscale.cli.bench import MAX_WORKERS
-from rackscale.cli.output import fail
+from rackscale.cli.output import OutputFormat, ReportJsonOpt, ReportOutputOpt, chosen_format, emit_document, fail
 
 if TYPE_CHECKING:
     from rackscale.pack.experiment import Job, RunResult
@@ -111,6 +109,7 @@ def render(report: dict[str, Any], *, console: Console) -> None:
 
 
 def pack(
+    ctx: typer.Context,
     nodes: Path = typer.Option(DEFAULT_NODES, "--nodes", help="Node list CSV (sn, cpu_milli, memory_mib, gpu, model)."),
     pods: Path = typer.Option(
         DEFAULT_PODS,
@@ -124,7 +123,8 @@ def pack(
     workers: int = typer.Option(
         0, "--workers", min=0, max=MAX_WORKERS, help="Processes to run seeds in (0 = one per CPU)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print {'policies', 'published', 'seeds'} as JSON."),
+    as_json: ReportJsonOpt = False,
+    output: ReportOutputOpt = OutputFormat.table,
 ) -> None:
     """Static packing (the FGD paper's experiment): pods of the trace arrive in a seeded random order, inflated
     with random copies to 130 % of the cluster's GPUs, and never leave; a pod that fits nowhere fails.
@@ -133,12 +133,14 @@ def pack(
     Examples:\n
       rackscale pack\n
       rackscale pack --seeds 1 --policy rackscale --policy BestFit\n
-      rackscale pack --json > pack.json
+      rackscale pack -o json > pack.json   (--json is the same)\n
+      rackscale pack -o yaml
     """
     from rackscale.model.spec_errors import SpecError
     from rackscale.pack.experiment import DEFAULT_SEEDS, PROFILE_OF, PUBLISHED, run_experiment, summarize
     from rackscale.pack.trace import Trace
 
+    fmt = chosen_format(output, as_json, ctx=ctx)  # before the trace is read: a conflict is said at once
     chosen = _policies(policies)
     seed_list = [DEFAULT_SEEDS[0] + i for i in range(seeds)]
     try:
@@ -148,7 +150,7 @@ def pack(
     jobs = len(chosen) * len(seed_list)
     procs = min(workers or os.cpu_count() or 1, jobs)
     started = time.perf_counter()
-    # Progress goes to stderr only, so stdout stays clean for --json.
+    # Progress goes to stderr only, so stdout stays clean for -o json|yaml.
     progress = Progress(
         TextColumn("[bold]pack[/] {task.description}"),
         BarColumn(),
@@ -183,7 +185,7 @@ def pack(
         "capacity_gpus": trace.capacity_gpus,
         "runtime_s": round(time.perf_counter() - started, 1),
     }
-    if as_json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
-    else:
+    if fmt is OutputFormat.table:
         render(report, console=Console())
+    else:
+        emit_document(report, fmt)  # -o json is --json's document, byte for byte; -o yaml the same document
