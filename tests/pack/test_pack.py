@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import re
+import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import typer
 import yaml
 from typer.testing import CliRunner
 
+import rackscale.pack.trace as trace_module
 from rackscale.cli.app import app as rackscale_app
 from rackscale.cli.pack import pack
 from rackscale.model.placement import NodeAlloc, Placement
@@ -21,10 +25,18 @@ from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster, NodeDecl
 from rackscale.model.workload import JobKind, JobSpec, Resources, TopologyConstraint
 from rackscale.pack.experiment import ALL_POLICIES, PROFILE_OF, give_workload, make_placer, requests, run
-from rackscale.pack.trace import Trace, inflate
+from rackscale.pack.trace import (
+    MAX_ARRIVALS,
+    InflationTooLarge,
+    Trace,
+    check_arrivals,
+    expected_arrivals,
+    inflate,
+)
 from rackscale.scheduler.framework import PLACERS, PROFILES
 from rackscale.scheduler.placement.request import GroupRequest
 from rackscale.scheduler.scheduler import ResourceScheduler
+from rackscale.sweep.spec import MAX_SYNTHETIC_JOBS
 from rackscale.workloads.alibaba import load_alibaba_pods
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
@@ -295,3 +307,100 @@ def test_cli_output_conflicts_are_refused_before_any_work(
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0] and "nope.csv" not in lines[0], done.stderr
+
+
+def test_max_arrivals_is_the_synthetic_mix_bound() -> None:
+    """pack may not import sweep (a layer above it), so the bound is repeated; it must not drift."""
+    assert MAX_ARRIVALS == MAX_SYNTHETIC_JOBS
+
+
+def test_expected_arrivals_is_what_inflate_builds(tmp_path: Path) -> None:
+    trace = Trace.read(nodes=write_trace(tmp_path)[0], pods=write_trace(tmp_path)[1])
+    demand, capacity = trace.demand_milli, trace.capacity_gpus
+    # Ten times the trace's GPUs, so many copies are drawn and the mean over seeds is meaningful.
+    expected = expected_arrivals(demand=demand, capacity_gpus=10 * capacity, ratio=1.3)
+    built = [len(inflate(demand=demand, capacity_gpus=10 * capacity, ratio=1.3, seed=s).order) for s in range(42, 52)]
+    assert abs(sum(built) / len(built) - expected) < 0.05 * expected, (built, expected)
+    # The trace alone past the target: no copies, the pods themselves.
+    assert expected_arrivals(demand=demand, capacity_gpus=1, ratio=1.3) == len(demand)
+    # At the bound and under it nothing is refused: 9.1 million arrivals of whole-GPU pods on 7,000,000 GPUs.
+    whole = np.full(3, 1000, dtype=np.int64)
+    assert expected_arrivals(demand=whole, capacity_gpus=7_000_000, ratio=1.3) == 9_100_001
+    check_arrivals(demand=whole, capacity_gpus=7_000_000, ratio=1.3)
+
+
+def _huge_nodes(tmp: Path, *, nodes: int, gpus: int, milli: int) -> list[str]:
+    """A legal trace: ``nodes`` nodes of ``gpus`` GPUs, pods of ``milli`` milli-GPU."""
+    nodes_csv, pods_csv = write_trace(tmp)
+    nodes_csv.write_text(NODE_HEADER + "\n" + "".join(f"n{i},32000,131072,{gpus},A\n" for i in range(nodes)))
+    pods_csv.write_text(f"{FIVE}\n" + "".join(f"p{i},1000,1024,1,{milli}\n" for i in range(3)))
+    return ["--nodes", str(nodes_csv), "--pods", str(pods_csv)]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gpus", "milli", "says"),
+    [
+        (1, 1 << 20, 1, "inflate to 1.36e+09 pod arrivals per run, more than 10,000,000: 1.3 x 1,048,576 GPUs"),
+        (64, 1 << 20, 1, "inflate to 8.72e+10 pod arrivals per run, more than 10,000,000: 1.3 x 67,108,864 GPUs"),
+        (8, 1 << 20, 999, "inflate to 1.09e+07 pod arrivals per run, more than 10,000,000: 1.3 x 8,388,608 GPUs"),
+    ],
+    ids=["one-huge-node-milli-pods", "many-huge-nodes", "just-past-the-bound"],
+)
+def test_cli_trace_that_inflates_past_the_bound_is_refused_at_once(
+    tmp_path: Path, nodes: int, gpus: int, milli: int, says: str
+) -> None:
+    """A legal trace of huge nodes and tiny pods built billions of arrivals: now one line, before any run."""
+    argv = ["pack", *_huge_nodes(tmp_path, nodes=nodes, gpus=gpus, milli=milli), "--seeds", "1", "--workers", "1"]
+    started = time.perf_counter()
+    done = CliRunner().invoke(rackscale_app, argv)
+    elapsed = time.perf_counter() - started
+    assert done.exit_code == 2, done.output
+    # Sized from two sums: no draw, no process, no ClusterState (~1 GiB and ~4 s for 1M GPUs). It was hours.
+    assert elapsed < 5.0, elapsed
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert says in lines[0] and "nodes.csv" in lines[0] and "pods.csv" in lines[0], lines[0]
+    assert "fix: fewer or smaller nodes" in lines[0] and "pods that ask for more GPU" in lines[0], lines[0]
+
+
+def test_inflate_refuses_before_drawing(tmp_path: Path) -> None:
+    """No large allocation: the arrivals of one node of 1,048,576 GPUs and 1-milli pods would be ~10 GiB."""
+    argv = _huge_nodes(tmp_path, nodes=1, gpus=1 << 20, milli=1)
+    trace = Trace.read(nodes=argv[1], pods=argv[3])  # (the reader's own bounded read is not measured here)
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(InflationTooLarge, match=r"1\.36e\+09 pod arrivals per run, more than 10,000,000"):
+            inflate(demand=trace.demand_milli, capacity_gpus=trace.capacity_gpus, ratio=1.3, seed=42)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - started < 1.0
+    assert peak < 1 << 20, peak
+
+
+def test_a_long_pod_list_alone_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No copies needed, yet more pods than the bound: the fix is fewer pods (the bound lowered to the tiny trace)."""
+    monkeypatch.setattr(trace_module, "MAX_ARRIVALS", 5)
+    trace = Trace.read(nodes=write_trace(tmp_path)[0], pods=write_trace(tmp_path)[1])
+    with pytest.raises(InflationTooLarge, match=r"the pod list has 12 pods \(fix: fewer pods\)"):
+        check_arrivals(demand=trace.demand_milli, capacity_gpus=1, ratio=1.3)
+
+
+def test_draws_past_the_bound_stop_the_run_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace whose mean is under the bound but whose draws run past it (demand in rare pods): inflate stops
+    at the bound, and the CLI says so in one line, not a traceback."""
+    monkeypatch.setattr(trace_module, "MAX_ARRIVALS", 5)
+    monkeypatch.setattr(trace_module, "check_arrivals", lambda **_: None)  # as if the mean were under it
+    argv = ["pack", *_trace(tmp_path), "--seeds", "1", "--workers", "1", "--policy", "BestFit"]
+    done = CliRunner().invoke(rackscale_app, argv)
+    assert done.exit_code == 2, done.output
+    lines = done.stderr.strip().splitlines()
+    assert lines and "seed 42: the trace inflated past 5 pod arrivals" in lines[-1], done.stderr
+    assert "Traceback" not in done.output
+
+
+def test_a_normal_trace_still_runs_under_the_bound(tmp_path: Path) -> None:
+    done = CliRunner().invoke(rackscale_app, [*_pack_argv(tmp_path), "-o", "json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["capacity_gpus"] == 7

@@ -69,8 +69,12 @@ def _pool_mapper(
 ) -> Callable[[Callable[[Job], RunResult], Iterable[Job]], Iterator[RunResult]]:
     def mapper(fn: Callable[[Job], RunResult], jobs: Iterable[Job]) -> Iterator[RunResult]:
         futures = [pool.submit(fn, job) for job in jobs]
-        for done in as_completed(futures):  # as they finish, so the progress bar moves
-            yield done.result()
+        try:
+            for done in as_completed(futures):  # as they finish, so the progress bar moves
+                yield done.result()
+        finally:  # a run that failed stops the rest: the queued runs never start
+            for future in futures:
+                future.cancel()
 
     return mapper
 
@@ -137,16 +141,21 @@ def pack(
       rackscale pack -o yaml
     """
     from rackscale.model.spec_errors import SpecError
-    from rackscale.pack.experiment import DEFAULT_SEEDS, PROFILE_OF, PUBLISHED, run_experiment, summarize
-    from rackscale.pack.trace import Trace
+    from rackscale.pack.experiment import DEFAULT_SEEDS, INFLATION, PROFILE_OF, PUBLISHED, run_experiment, summarize
+    from rackscale.pack.trace import InflationTooLarge, Trace, check_arrivals
 
     fmt = chosen_format(output, as_json, ctx=ctx)  # before the trace is read: a conflict is said at once
     chosen = _policies(policies)
     seed_list = [DEFAULT_SEEDS[0] + i for i in range(seeds)]
     try:
         trace = Trace.read(nodes=_existing(nodes, "--nodes"), pods=_existing(pods, "--pods"))
+        # Sized from the trace's sums before any run is started (or a process, or a ClusterState): a legal
+        # trace of huge nodes and 1-milli pods would inflate to billions of arrivals.
+        check_arrivals(demand=trace.demand_milli, capacity_gpus=trace.capacity_gpus, ratio=INFLATION)
     except SpecError as err:
         fail(str(err))
+    except InflationTooLarge as err:
+        fail(f"--nodes {nodes} and --pods {pods}: {err}")
     jobs = len(chosen) * len(seed_list)
     procs = min(workers or os.cpu_count() or 1, jobs)
     started = time.perf_counter()
@@ -165,17 +174,21 @@ def pack(
         def tick(_: RunResult) -> None:
             progress.advance(task)
 
-        if procs > 1:
-            with ProcessPoolExecutor(max_workers=procs) as pool:
-                results = run_experiment(
-                    trace=trace,
-                    policies=chosen,
-                    seeds=seed_list,
-                    mapper=_pool_mapper(pool),
-                    on_result=tick,
-                )
-        else:
-            results = run_experiment(trace=trace, policies=chosen, seeds=seed_list, on_result=tick)
+        try:
+            if procs > 1:
+                with ProcessPoolExecutor(max_workers=procs) as pool:
+                    results = run_experiment(
+                        trace=trace,
+                        policies=chosen,
+                        seeds=seed_list,
+                        mapper=_pool_mapper(pool),
+                        on_result=tick,
+                    )
+            else:
+                results = run_experiment(trace=trace, policies=chosen, seeds=seed_list, on_result=tick)
+        except InflationTooLarge as err:  # one seed's draws ran past the bound its mean kept under
+            progress.stop()
+            fail(f"--nodes {nodes} and --pods {pods}: {err}")
     summary = summarize(results)
     report: dict[str, Any] = {
         "policies": {name: summary[name] for name in chosen},

@@ -14,16 +14,20 @@ from rackscale.pack.experiment import (
     run_experiment,
     summarize,
 )
-from rackscale.pack.trace import Trace, inflate
+from rackscale.pack.trace import MAX_ARRIVALS, InflationTooLarge, Trace, check_arrivals, expected_arrivals, inflate
 
 __all__ = [
     "ALL_POLICIES",
     "DEFAULT_POLICIES",
     "DEFAULT_SEEDS",
+    "MAX_ARRIVALS",
     "PROFILE_OF",
     "PUBLISHED",
+    "InflationTooLarge",
     "RunResult",
     "Trace",
+    "check_arrivals",
+    "expected_arrivals",
     "give_workload",
     "inflate",
     "make_placer",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from rackscale.model.errors import RackscaleError
 from rackscale.model.spec_errors import SpecError, SpecProblem
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import JobSpec
@@ -23,6 +24,17 @@ from rackscale.scheduler.placement.fgd import PodType, pod_type
 from rackscale.workloads.alibaba import load_alibaba_nodes, load_alibaba_pods
 
 IntArray = NDArray[np.int64]
+
+# The most pod arrivals one run (one policy, one seed) may be inflated to. It is the synthetic mix's bound
+# (rackscale.sweep.spec.MAX_SYNTHETIC_JOBS: one run's arrivals are that run's jobs), repeated here because
+# sweep is a layer above pack; tests/pack holds the two equal. The openb trace inflates to ~10,800; a legal
+# trace (nodes of up to 1,048,576 GPUs, pods of 1 milli-GPU) would otherwise build billions of arrivals.
+MAX_ARRIVALS = 10_000_000
+_BATCH = 1024  # copies drawn at once
+
+
+class InflationTooLarge(RackscaleError, ValueError):
+    """The trace would inflate to more than :data:`MAX_ARRIVALS` pod arrivals in one run."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,11 +81,54 @@ class Arrivals:
     originals: int  # the first ``originals`` entries are the shuffled trace, the rest are copies
 
 
+def expected_arrivals(*, demand: IntArray, capacity_gpus: int, ratio: float) -> float:
+    """The pod arrivals :func:`inflate` builds on average, from two sums and nothing built: the ``n`` pods of
+    the trace (demand ``S`` milli-GPU in all), then copies drawn uniformly (``S / n`` each on average) until
+    the demand passes ``ratio`` x capacity, i.e. ``n x target / S`` (+1, the copy that passes it), or just
+    ``n`` when the trace alone passes it. It grows with the capacity and shrinks with the pods' mean demand."""
+    count = len(demand)
+    total = int(demand.sum())  # a Python int: no int64 overflow, whatever the trace
+    target = ratio * capacity_gpus * MILLI_PER_GPU
+    if total <= 0:
+        return float("inf")  # no copy would ever add demand: inflate refuses it on its own
+    return float(count) if total > target else count * target / total + 1
+
+
+def check_arrivals(*, demand: IntArray, capacity_gpus: int, ratio: float) -> None:
+    """Raise :class:`InflationTooLarge` naming the inputs responsible when the trace would inflate to more
+    than :data:`MAX_ARRIVALS` arrivals (on average): before anything is drawn or allocated."""
+    if not (demand > 0).any():
+        return  # nothing to inflate at all, which inflate (and Trace.read) refuse in their own words
+    expected = expected_arrivals(demand=demand, capacity_gpus=capacity_gpus, ratio=ratio)
+    if expected <= MAX_ARRIVALS:
+        return
+    count = len(demand)
+    mean_gpu = int(demand.sum()) / count / MILLI_PER_GPU
+    if expected == count:  # no copies: the pod list alone is too long
+        why = f"the pod list has {count:,} pods"
+        fix = "fewer pods"
+    else:
+        why = (
+            f"{ratio:g} x {capacity_gpus:,} GPUs of nodes to fill with pods of {mean_gpu:.3g} GPU on average "
+            f"({count:,} pod{'' if count == 1 else 's'})"
+        )
+        fix = "fewer or smaller nodes (the gpu column), or pods that ask for more GPU (num_gpu, gpu_milli)"
+    raise InflationTooLarge(
+        f"the trace would inflate to {expected:.3g} pod arrivals per run, more than {MAX_ARRIVALS:,}: {why} "
+        f"(fix: {fix})"
+    )
+
+
 def inflate(*, demand: IntArray, capacity_gpus: int, ratio: float, seed: int) -> Arrivals:
     """Shuffle the pods with ``seed``, then append uniformly random pods (with replacement, same RNG) until
-    the arrived GPU demand exceeds ``ratio`` x capacity, as the FGD authors' simulator inflates a workload."""
+    the arrived GPU demand exceeds ``ratio`` x capacity, as the FGD authors' simulator inflates a workload.
+
+    Raises :class:`InflationTooLarge` before drawing anything when the expected arrivals exceed
+    :data:`MAX_ARRIVALS` (:func:`check_arrivals`), and while drawing should this seed's draws run past it
+    (a trace whose demand sits in a few rare pods varies that much from the mean)."""
     if not (demand > 0).any():
         raise ValueError("the pod list asks for no GPU at all; nothing to inflate")
+    check_arrivals(demand=demand, capacity_gpus=capacity_gpus, ratio=ratio)
     rng = np.random.default_rng(seed)
     count = len(demand)
     order = rng.permutation(count)
@@ -83,7 +138,12 @@ def inflate(*, demand: IntArray, capacity_gpus: int, ratio: float, seed: int) ->
     # Draw in batches (far faster than one draw per pod); the unused tail of the last batch is dropped, which
     # is harmless because this generator serves the arrival order only.
     while total <= target:
-        for i in rng.integers(0, count, size=1024).tolist():
+        if count + len(extra) > MAX_ARRIVALS:  # memory stays bounded whatever the draws
+            raise InflationTooLarge(
+                f"seed {seed}: the trace inflated past {MAX_ARRIVALS:,} pod arrivals in one run (its GPU "
+                "demand is in few pods) (fix: fewer or smaller nodes, or more pods that ask for GPU)"
+            )
+        for i in rng.integers(0, count, size=_BATCH).tolist():
             if total > target:
                 break
             extra.append(i)
