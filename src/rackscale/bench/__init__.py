@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rackscale.model.errors import RackscaleError
+
 Result = dict[str, Any]
 ChildProgress = Callable[..., None]  # called in the child with JSON-serialisable positional values
 
@@ -96,7 +98,7 @@ def run_isolated(target: str, config: Result, *, progress: Callable[[list[Any]],
     return result
 
 
-class BenchRunError(RuntimeError):
+class BenchRunError(RackscaleError, RuntimeError):
     """A benchmark's own process ended without its result (a bug, memory run out, a signal): its traceback,
     if it wrote one, is on stderr above; the verb says this in one line."""
 
