@@ -25,26 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
-
-from rackscale.cli.app import app
-
-runner = CliRunner()
-
-
-def invoke(*args: str) -> tuple[int, str, str]:
-    result = runner.invoke(app, list(args), env={"COLUMNS": "200"})
-    assert "Traceback" not in result.output, result.output
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
-
-
-def one_error_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: "), err
-    return lines[0]
+from tests.cli.test_bench_hostile import invoke, one_error_line
 
 
 def same(a: Any, b: Any) -> bool:
