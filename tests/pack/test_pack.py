@@ -185,27 +185,25 @@ def test_cli_json_and_missing_trace_hint(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "--nodes PATH" in missing.output
 
 
-def _zero_gpu_nodes(tmp: Path) -> list[str]:
+def _trace(tmp: Path, *, nodes: str | None = None, pods: str | None = None) -> list[str]:
+    """The options of a tiny trace in ``tmp``, its nodes' or pods' CSV replaced by the text given."""
     nodes_csv, pods_csv = write_trace(tmp)
-    nodes_csv.write_text(f"{NODE_HEADER}\na,32000,131072,0,A\n")
+    for path, text in ((nodes_csv, nodes), (pods_csv, pods)):
+        if text is not None:
+            path.write_text(text)
     return ["--nodes", str(nodes_csv), "--pods", str(pods_csv)]
+
+
+def _zero_gpu_nodes(tmp: Path) -> list[str]:
+    return _trace(tmp, nodes=f"{NODE_HEADER}\na,32000,131072,0,A\n")
 
 
 def _cpu_only_pods(tmp: Path) -> list[str]:
-    nodes_csv, pods_csv = write_trace(tmp)
-    pods_csv.write_text(f"{FIVE}\np0,2000,4096,0,0\n")
-    return ["--nodes", str(nodes_csv), "--pods", str(pods_csv)]
+    return _trace(tmp, pods=f"{FIVE}\np0,2000,4096,0,0\n")
 
 
 def _no_pods(tmp: Path) -> list[str]:
-    nodes_csv, pods_csv = write_trace(tmp)
-    pods_csv.write_text(f"{FIVE}\n")
-    return ["--nodes", str(nodes_csv), "--pods", str(pods_csv)]
-
-
-def _trace(tmp: Path) -> list[str]:
-    nodes_csv, pods_csv = write_trace(tmp)
-    return ["--nodes", str(nodes_csv), "--pods", str(pods_csv)]
+    return _trace(tmp, pods=f"{FIVE}\n")
 
 
 @pytest.mark.parametrize(
