@@ -43,6 +43,10 @@ log = logging.getLogger("rackscale.backends.slurm")
 PREFIX = "rs-"
 LOST = "lost: Slurm no longer knows the job and no exit was recorded"
 DEFAULT_SLEEP_S = 60
+# A file name is at most 255 bytes (NAME_MAX), and a job name up to 253 (``NAME_RULE``): the files of a job
+# whose name is longer than this are named by its first characters and a digest of the whole name, so that
+# ``.<stem>.id.tmp`` (8 more) still fits. Names are ASCII: characters are bytes.
+MAX_STEM = 240
 
 
 class SlurmBackendError(RackscaleError, ValueError):
@@ -59,6 +63,14 @@ def service_tag(data_dir: Path) -> str:
 # host timed out at 15 s and stalled the runner's step, in `slurm compare --engine block`), and Slurm itself
 # notices a node that stops answering only after SlurmdTimeout (300 s by default).
 HEALTH_INTERVAL_S = 10.0
+
+
+def file_stem(job: str) -> str:
+    """What the job's files are named after: the name itself, or for a name past :data:`MAX_STEM` its first
+    characters and 12 hex digits of its SHA-256 (names differing after them get different files)."""
+    if len(job) <= MAX_STEM:
+        return job
+    return f"{job[: MAX_STEM - 13]}-{hashlib.sha256(job.encode()).hexdigest()[:12]}"
 
 
 def exit_of(job: str, sj: SlurmJob) -> Exit:
@@ -117,10 +129,13 @@ class SlurmBackend:
 
     # ------------------------------------------------------------------ files
     def id_path(self, job: str) -> Path:
-        return self.dir / f"{job}.id"
+        return self.dir / f"{file_stem(job)}.id"
 
     def out_path(self, job: str) -> Path:
-        return self.dir / f"{job}.out"
+        return self.dir / f"{file_stem(job)}.out"
+
+    def script_path(self, job: str) -> Path:
+        return self.dir / f"{file_stem(job)}.sh"
 
     def _read_id(self, job: str) -> str | None:
         try:
@@ -130,7 +145,7 @@ class SlurmBackend:
         return text if text.isdigit() else None
 
     def _write_id(self, job: str, job_id: str) -> None:
-        tmp = self.dir / f".{job}.id.tmp"
+        tmp = self.dir / f".{file_stem(job)}.id.tmp"
         tmp.write_text(job_id + "\n")
         os.replace(tmp, self.id_path(job))
 
@@ -166,7 +181,7 @@ class SlurmBackend:
             args.append(f"--partition={self.partition}")
         if self.pass_priority:
             args.append(f"--priority={slurm_priority(spec.priority)}")
-        script = self.dir / f"{spec.name}.sh"
+        script = self.script_path(spec.name)
         argv = list(spec.command) or ["sleep", str(int(spec.duration_estimate_s or DEFAULT_SLEEP_S))]
         # Names are checked by the spec (shell identifiers); values are quoted. Never a name that is not one.
         env = [f"export {k}={shlex.quote(v)}" for k, v in spec.env if k.isidentifier() and k.isascii()]
@@ -212,7 +227,10 @@ class SlurmBackend:
             log.warning("sbatch of %s timed out but Slurm has it as %s: adopting it", job, landed)
             job_id = landed
         self._jobs[job] = job_id
-        self._write_id(job, job_id)
+        try:
+            self._write_id(job, job_id)
+        except OSError as e:  # Slurm runs it: keep tracking it (a restart finds it by name, ``adopt``)
+            log.warning("cannot write the id file of %s (slurm job %s): %s", job, job_id, e)
 
     def _landed_anyway(self, job: str) -> str | None:
         """After an sbatch that timed out (a busy controller may have queued the job all the same): the id of
