@@ -86,3 +86,31 @@ def test_long_names_that_differ_only_at_the_end_get_different_files() -> None:
     a, b = "a" * 252 + "b", "a" * 252 + "c"
     assert file_stem(a) != file_stem(b) and len(file_stem(a)) == MAX_STEM
     assert file_stem("short") == "short" and file_stem("x" * MAX_STEM) == "x" * MAX_STEM
+
+
+SHOW_ENV = "import json, os; print(json.dumps(dict(os.environ)))"
+
+
+@pytest.mark.parametrize(
+    ("service_var", "kept"),
+    [
+        ("RS_SERVICE_SECRET", False),
+        ("DATABASE_URL", False),
+        ("SLURM_OPS_TOKEN", False),
+        ("LANG", True),
+        ("SBATCH_TIMELIMIT", True),
+    ],
+    ids=["secret", "database-url", "slurm-var-of-the-service", "lang", "sbatch-input-variable"],
+)
+def test_the_services_environment_does_not_reach_the_job(
+    slurm: EmulatedSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, service_var: str, kept: bool
+) -> None:
+    value = "60" if service_var == "SBATCH_TIMELIMIT" else "C.UTF-8" if service_var == "LANG" else "hunter2-999"
+    monkeypatch.setenv(service_var, value)
+    backend = SlurmBackend(slurm.slurm, SPEC, tmp_path, poll_interval_s=0)
+    spec = batch("envjob", gpus=4, command=(sys.executable, "-c", SHOW_ENV), env=(("MINE", "tenant's"),))
+    backend.start(spec, placement("envjob"), now=0.0)
+    assert run_to_end(backend, "envjob").ok
+    env = json.loads((tmp_path / "slurm" / "envjob.out").read_text())
+    assert (env.get(service_var) == value) is kept
+    assert env["MINE"] == "tenant's" and env["PATH"] and env["SLURM_JOB_NAME"] == "rs-envjob"

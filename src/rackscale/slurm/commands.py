@@ -46,6 +46,12 @@ SINFO_STATES = {
 }
 NOT_RESPONDING = "*"  # "presently not responding and will not be allocated any new work"
 SINFO_HEALTH = ["sinfo", "-N", "-h", "-o", "%N|%T|%E"]
+# What sbatch is given of the service's environment: the local backend's base (docs/security.md) and
+# Slurm's own settings. sbatch hands its environment to the job (``--export=ALL``, the default, which keeps
+# a job's ``srun`` steps seeing the job script's exports), so anything else there (a store's password, a
+# token) would reach every tenant's job.
+SBATCH_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME", "SLURM_CONF")
+SBATCH_ENV_PREFIX = "SBATCH_"  # sbatch's input variables: the operator's defaults (account, time limit)
 
 
 def parse_sinfo_health(text: str) -> list[NodeHealth]:
@@ -170,6 +176,11 @@ class Slurm:
             env["SLURM_CONF"] = str(self.conf)
         return env
 
+    def sbatch_env(self) -> dict[str, str]:
+        """``sbatch``'s environment, which becomes the job's: :data:`SBATCH_ENV` and ``SBATCH_*`` of
+        :meth:`env`, nothing else of the service's."""
+        return {k: v for k, v in self.env().items() if k in SBATCH_ENV or k.startswith(SBATCH_ENV_PREFIX)}
+
     def path(self, host_path: Path) -> str:
         """``host_path`` as Slurm's tools and daemons see it: itself, or relative to ``root`` (then it must
         be inside it: a chrooted sbatch cannot read a script outside its root)."""
@@ -191,7 +202,10 @@ class Slurm:
             return None
         return None if shutil.which(tool) is not None else f"{tool} not found: {INSTALL_HINT}"
 
-    def run(self, argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, argv: Sequence[str], *, check: bool = True, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run one tool (through :attr:`prefix`) with :meth:`env`, or ``env`` when given."""
         missing = self._missing(argv[0])
         if missing is not None:
             raise SlurmError(missing)
@@ -200,7 +214,7 @@ class Slurm:
                 [*self.prefix, *argv],
                 capture_output=True,
                 text=True,
-                env=self.env(),
+                env=dict(env) if env is not None else self.env(),
                 timeout=self.timeout_s,
                 stdin=subprocess.DEVNULL,
                 check=False,
@@ -243,8 +257,9 @@ class Slurm:
 
     # ------------------------------------------------------------------ actions
     def sbatch(self, args: Sequence[str]) -> str:
-        """Submit; the job id (``--parsable`` prints ``id[;cluster]``)."""
-        out = self.run(["sbatch", "--parsable", *args]).stdout.strip()
+        """Submit, with :meth:`sbatch_env` (the job's environment); the job id (``--parsable`` prints
+        ``id[;cluster]``)."""
+        out = self.run(["sbatch", "--parsable", *args], env=self.sbatch_env()).stdout.strip()
         job_id = out.split(";")[0].strip()
         if not job_id.isdigit():
             raise SlurmError(f"sbatch printed {out!r}, not a job id")
