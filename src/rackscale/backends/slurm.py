@@ -126,6 +126,7 @@ class SlurmBackend:
         self._health: list[NodeHealth] = []  # the last sinfo read (``health``)
         self._health_at: float | None = None
         self._node_failed = False  # a poll saw a NODE_FAIL: read the nodes' health now, not at the interval
+        self._uid: int | None = None  # the user sbatch submits as (``_our_jobs``)
 
     # ------------------------------------------------------------------ files
     def id_path(self, job: str) -> Path:
@@ -189,6 +190,13 @@ class SlurmBackend:
         script.write_text("\n".join(lines) + "\n")
         return [*args, self.slurm.path(script)]
 
+    def _our_jobs(self) -> dict[str, SlurmJob]:
+        """The jobs of the user this service submits as: another user's job is never adopted, reported or
+        cancelled as ours, whatever its name or comment says (``Slurm.jobs``)."""
+        if self._uid is None:
+            self._uid = self.slurm.user_id()
+        return self.slurm.jobs(uid=self._uid)
+
     def _live_by_name(self, job: str, jobs: Mapping[str, SlurmJob]) -> list[SlurmJob]:
         return sorted(
             (
@@ -202,7 +210,7 @@ class SlurmBackend:
     def start(self, spec: JobSpec, placement: Placement, *, now: float) -> None:
         job = spec.name
         try:
-            jobs = self.slurm.jobs()
+            jobs = self._our_jobs()
             live = [j for j in self._live_by_name(job, jobs) if not j.terminal]
             if live:  # submitted before a crash: adopt it, never submit twice
                 log.warning("job %s already in Slurm as %s: adopting it", job, live[-1].id)
@@ -236,7 +244,7 @@ class SlurmBackend:
         """After an sbatch that timed out (a busy controller may have queued the job all the same): the id of
         the live job it made, if any, so that it is tracked and never submitted twice."""
         try:
-            live = [j for j in self._live_by_name(job, self.slurm.jobs()) if not j.terminal]
+            live = [j for j in self._live_by_name(job, self._our_jobs()) if not j.terminal]
         except SlurmError:
             return None
         return live[-1].id if live else None
@@ -290,7 +298,7 @@ class SlurmBackend:
             return out
         self._last_poll = now
         try:
-            jobs = self.slurm.jobs()
+            jobs = self._our_jobs()
         except SlurmError as e:
             log.warning("cannot read Slurm's jobs: %s", e)
             return out
@@ -321,7 +329,7 @@ class SlurmBackend:
 
     def adopt(self, running: Mapping[str, RunningJobRecord], now: float) -> list[Exit]:
         try:
-            jobs = self.slurm.jobs()
+            jobs = self._our_jobs()
         except SlurmError as e:
             raise SlurmBackendError(f"cannot read Slurm's jobs to adopt them: {e}") from e
         # A replica that led before and leads again (docs/high-availability.md) adopts from the id files and
@@ -375,7 +383,7 @@ class SlurmBackend:
     def orphans(self) -> list[str]:
         """Before ``adopt``: the jobs in Slurm that carry this service's tag and have not ended."""
         try:
-            jobs = self.slurm.jobs()
+            jobs = self._our_jobs()
         except SlurmError as e:
             log.warning("cannot read Slurm's jobs to look for this service's: %s", e)
             return []

@@ -7,7 +7,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rackscale.host.parts import NodeHealth, NodeState
@@ -110,6 +110,7 @@ class SlurmJob:
     start: str
     end: str
     priority: int | None = None
+    uid: int | None = None  # its owner, from squeue (:meth:`Slurm.jobs`), never from scontrol's text
 
     @property
     def terminal(self) -> bool:
@@ -240,10 +241,42 @@ class Slurm:
             return []  # no topology plugin configured
         return parse_records(proc.stdout)
 
-    def jobs(self) -> dict[str, SlurmJob]:
-        """Every job the controller knows (ended ones stay for MinJobAge), by job id."""
+    def jobs(self, *, uid: int | None = None) -> dict[str, SlurmJob]:
+        """Every job the controller knows (ended ones stay for MinJobAge), by job id; with ``uid``, only that
+        user's.
+
+        ``scontrol``'s text cannot be trusted whole: a job's name (and comment, paths) is its submitter's, and
+        a name holding `` Comment=...`` forges fields of its own record, one holding a newline whole records
+        of any id. So the ids and their owners come from :meth:`owners` (digits only): a record of an id
+        squeue does not list is dropped, and an id with more than one record is read alone (``scontrol show
+        job ID`` prints that job's record first)."""
         text = self.run(["scontrol", "show", "job", "--oneliner"]).stdout
-        return {j.id: j for j in (job_from_record(r) for r in parse_records(text)) if j.id}
+        owners = self.owners()
+        found: dict[str, list[dict[str, str]]] = {}
+        for rec in parse_records(text):
+            job_id = rec.get("JobId", "")
+            if job_id in owners and (uid is None or owners[job_id] == uid):
+                found.setdefault(job_id, []).append(rec)
+        out: dict[str, SlurmJob] = {}
+        for job_id, recs in found.items():
+            job = job_from_record(recs[0]) if len(recs) == 1 else self.job(job_id)
+            if job is not None and job.id == job_id:
+                out[job_id] = replace(job, uid=owners[job_id])
+        return out
+
+    def owners(self) -> dict[str, int]:
+        """Job id -> its owner's uid, for every job the controller knows (``squeue --states=all -o '%A
+        %U'``: fields of digits only, which no submitter can forge)."""
+        out = self.run(["squeue", "-h", "--all", "--states=all", "-o", "%A %U"]).stdout
+        pairs = (line.split() for line in out.splitlines())
+        return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and p[0].isdigit() and p[1].isdigit()}
+
+    def user_id(self) -> int:
+        """The uid Slurm's tools run as here (``id -u``, through the prefix): the owner of what they submit."""
+        text = self.run(["id", "-u"]).stdout.strip()
+        if not text.isdigit():
+            raise SlurmError(f"id -u printed {text!r}, not a uid")
+        return int(text)
 
     def job(self, job_id: str) -> SlurmJob | None:
         proc = self.run(["scontrol", "show", "job", job_id, "--oneliner"], check=False)
