@@ -59,8 +59,11 @@ class FakeSlurm(Slurm):
         self.reads += 1
         return parse_sinfo_health("r000-n00|down*|Not responding\n")
 
-    def jobs(self) -> dict[str, SlurmJob]:
-        return dict(self.table)
+    def jobs(self, *, uid: int | None = None) -> dict[str, SlurmJob]:
+        return dict(self.table)  # every job is the service's own here
+
+    def user_id(self) -> int:
+        return 0
 
 
 def job(state: str) -> SlurmJob:
