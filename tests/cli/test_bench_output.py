@@ -151,32 +151,33 @@ def _returning(doc: Any, calls: list[int]) -> Callable[..., Any]:
     return fake
 
 
-def _fake_placement(mp: pytest.MonkeyPatch, real: dict[str, Any], calls: list[int]) -> Any:
-    from rackscale.cli import bench
-
-    mp.setattr(bench, "run_benchmark", _returning(real["placement"], calls))
-    return real["placement"]
+Fake = Callable[[pytest.MonkeyPatch, dict[str, Any], list[int]], Any]
 
 
-def _fake_simulate(mp: pytest.MonkeyPatch, real: dict[str, Any], calls: list[int]) -> Any:
-    from rackscale.bench import simulate
+def _real_run(target: str, key: str) -> Fake:
+    """A fake of the benchmark function at ``target`` (dotted) returning the real tiny run's ``key``."""
 
-    mp.setattr(simulate, "run_simulation_benchmark", _returning(real["simulate"], calls))
-    return real["simulate"]
+    def fake(mp: pytest.MonkeyPatch, real: dict[str, Any], calls: list[int]) -> Any:
+        mp.setattr(target, _returning(real[key], calls))
+        return real[key]
 
-
-def _fake_predict(mp: pytest.MonkeyPatch, real: dict[str, Any], calls: list[int]) -> Any:
-    from rackscale.bench import predict
-
-    mp.setattr(predict, "run_predict_benchmark", _returning(real["predict"], calls))
-    return real["predict"]
+    return fake
 
 
-def _fake_perf(mp: pytest.MonkeyPatch, real: dict[str, Any], calls: list[int]) -> Any:
-    from rackscale.cli import bench_perf
+def _made_up(target: str, doc: Any) -> Fake:
+    """A fake of the benchmark function at ``target`` returning ``doc``, a made-up document of its shape."""
 
-    mp.setattr(bench_perf, "perf_report", _returning(real["perf"], calls))
-    return real["perf"]
+    def fake(mp: pytest.MonkeyPatch, _real: dict[str, Any], calls: list[int]) -> Any:
+        mp.setattr(target, _returning(doc, calls))
+        return doc
+
+    return fake
+
+
+_fake_placement = _real_run("rackscale.cli.bench.run_benchmark", "placement")
+_fake_simulate = _real_run("rackscale.bench.simulate.run_simulation_benchmark", "simulate")
+_fake_predict = _real_run("rackscale.bench.predict.run_predict_benchmark", "predict")
+_fake_perf = _real_run("rackscale.cli.bench_perf.perf_report", "perf")
 
 
 def _fake_perf_peer(mp: pytest.MonkeyPatch, _real: dict[str, Any], calls: list[int]) -> Any:
@@ -188,18 +189,8 @@ def _fake_perf_peer(mp: pytest.MonkeyPatch, _real: dict[str, Any], calls: list[i
     return {"aiconfigurator_version": perf_peer.AIC_VERSION, "rows": rows}
 
 
-def _fake_service(mp: pytest.MonkeyPatch, _real: dict[str, Any], calls: list[int]) -> Any:
-    from rackscale.bench import service
-
-    mp.setattr(service, "run_service_benchmark", _returning(SERVICE_DOC, calls))
-    return SERVICE_DOC
-
-
-def _fake_service_scale(mp: pytest.MonkeyPatch, _real: dict[str, Any], calls: list[int]) -> Any:
-    from rackscale.bench import service_scale
-
-    mp.setattr(service_scale, "run_scale_benchmark", _returning(SCALE_DOC, calls))
-    return SCALE_DOC
+_fake_service = _made_up("rackscale.bench.service.run_service_benchmark", SERVICE_DOC)
+_fake_service_scale = _made_up("rackscale.bench.service_scale.run_scale_benchmark", SCALE_DOC)
 
 
 def _fake_slurm_compare(mp: pytest.MonkeyPatch, _real: dict[str, Any], calls: list[int]) -> Any:
