@@ -38,6 +38,7 @@ from rackscale.backends.local import (
     local_cluster,
     make_local_backend,
 )
+from rackscale.backends.local_backend import MAX_JOB_NAME
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.topology import GPUCluster
 from rackscale.model.workload import JobSpec, batch
@@ -438,3 +439,20 @@ def test_nvml_names_the_gpus_and_a_broken_nvml_counts_as_none(monkeypatch: pytes
 
     fake.nvmlInit = no_driver  # type: ignore[attr-defined]
     assert nvml_gpu_names() is None
+
+
+@pytest.mark.parametrize(
+    ("length", "runs"),
+    [(MAX_JOB_NAME, True), (MAX_JOB_NAME + 1, False), (253, False)],
+    ids=["at-most", "one-more", "253"],
+)
+def test_a_name_too_long_for_the_files_is_refused_in_words(backend: LocalBackend, length: int, runs: bool) -> None:
+    """The spec allows names of 253 characters; the job's files add up to 18 (``.<name>.exit.<pid>.tmp``).
+    Past 237 the start failed with the OS's "File name too long" on a path; it now says why and the fix."""
+    name = "a" * length
+    backend.start(job(name, *py("pass")), on(name, 0), now=0)
+    e = exit_of(backend, name)
+    assert e.ok is runs, e.reason
+    if not runs:
+        assert f"give it a name of at most {MAX_JOB_NAME} characters" in e.reason
+        assert "Errno" not in e.reason and not list(backend.run_dir.iterdir())

@@ -54,6 +54,10 @@ KILL_WAIT_S = 5.0  # after SIGKILL, how long to wait for the group to vanish bef
 NO_COMMAND = "the job has no command; the local backend runs spec.command"
 LOST = "lost: the process is gone and left no exit code"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+# A job's longest file name is write_atomic's ``.<job>.exit.<pid>.tmp``: 18 characters besides the name with
+# a 7-digit pid (Linux's pid_max is at most 4,194,304), within a file name's 255 bytes (NAME_MAX; names are
+# ASCII). Longer names, which the spec allows (253), failed the start with "File name too long".
+MAX_JOB_NAME = 255 - len("..exit..tmp") - 7
 
 
 class LocalBackend(LocalFiles):
@@ -175,6 +179,14 @@ class LocalBackend(LocalFiles):
         job = spec.name
         if not _SAFE_NAME.match(job):
             self._pending.append(Exit(job, False, None, f"the local backend cannot run a job named {job!r}"))
+            return
+        if len(job) > MAX_JOB_NAME:
+            why = (
+                f"the local backend cannot run a job named {job[:40]!r}... ({len(job)} characters): its files "
+                f"(run/.NAME.exit.PID.tmp) would pass the file system's 255; give it a name of at most "
+                f"{MAX_JOB_NAME} characters"
+            )
+            self._pending.append(Exit(job, False, None, why))
             return
         if job in self._runs:  # not expected from the runner: stop the old run rather than lose track of it
             log.warning("start: %s is already running; stopping the old run first", job)
