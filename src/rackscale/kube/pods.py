@@ -279,11 +279,11 @@ def gang_spec(g: Gang, gpu_resource: str, *, submit_time: float) -> JobSpec | st
     (req,) = reqs
     # Every member's: read from one, a member asking for one rack beside one that did not would be placed
     # as whichever came first.
-    topos = {shown(pod_annotations(p).get(TOPOLOGY)): pod_annotations(p).get(TOPOLOGY) for p in g.pending}
-    if len(topos) > 1:
-        said = ", ".join(sorted(topos))
+    given = [pod_annotations(p).get(TOPOLOGY) for p in g.pending]
+    topo = given[0]
+    if any(t != topo for t in given):
+        said = ", ".join(sorted({shown(t) for t in given}))
         return f"pod group {g.group!r}: its pods disagree on annotation {TOPOLOGY} ({said}); give every pod the same"
-    (topo,) = topos.values()
     if topo not in (None, "rack", "region"):
         return f"annotation {TOPOLOGY}={shown(topo)}: expected 'rack' or 'region'"
     common: dict[str, Any] = {
