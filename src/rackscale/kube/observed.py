@@ -19,25 +19,10 @@ from datetime import datetime
 from enum import StrEnum
 
 from rackscale.kube.pods import Gang
+from rackscale.scheduler.cycles import CYCLE_SECONDS_BUCKETS
 
-# Upper bounds of the cycle-time buckets, +Inf last: the same as `rackscale serve`'s
-# rackscale_scheduling_attempt_duration_seconds, so one histogram_quantile (and the RackscaleSchedulingCycleSlow
-# alert) reads both (tests/kube/test_kube_metrics.py checks they agree).
-CYCLE_BUCKETS: tuple[float, ...] = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    math.inf,
-)
+# The service's buckets, +Inf last (a Prometheus histogram's): one histogram_quantile reads both.
+CYCLE_BUCKETS: tuple[float, ...] = (*CYCLE_SECONDS_BUCKETS, math.inf)
 
 
 class AttemptResult(StrEnum):

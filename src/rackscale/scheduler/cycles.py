@@ -22,6 +22,11 @@ from rackscale.scheduler.las import LasVictims
 from rackscale.scheduler.pending import PendingQueue
 from rackscale.scheduler.scheduler import ResourceScheduler
 
+# Upper bounds (seconds) of the histogram of a cycle's time, `rackscale_scheduling_attempt_duration_seconds`,
+# for every exporter of it (the service, the Kubernetes scheduler): one histogram_quantile, and the
+# RackscaleSchedulingCycleSlow alert, read them all alike.
+CYCLE_SECONDS_BUCKETS: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
 
 class CycleDriver:
     __slots__ = ("_fresh", "_last_full", "_reservation", "freed")

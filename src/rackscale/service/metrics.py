@@ -28,6 +28,7 @@ from rackscale.model.placement import Placement
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import JobSpec
 from rackscale.network.collectives import Layout
+from rackscale.scheduler.cycles import CYCLE_SECONDS_BUCKETS
 from rackscale.service.live import Change
 from rackscale.service.metrics_text import CachedExposition
 
@@ -77,7 +78,7 @@ class Metrics:
         self.duration = Histogram(
             "rackscale_scheduling_attempt_duration_seconds",
             "Time of one scheduling cycle.",
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            buckets=CYCLE_SECONDS_BUCKETS,
             registry=r,
         )
         self.submissions = Counter("rackscale_jobs_submitted", "Jobs accepted by the API.", ["queue"], registry=r)
