@@ -21,6 +21,7 @@ from rackscale.cli.app import app as rackscale_app
 from rackscale.cli.pack import pack
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.spec_errors import SpecError
+from rackscale.model.specs import MAX_SYNTHETIC_JOBS
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster, NodeDecl
 from rackscale.model.workload import JobKind, JobSpec, Resources, TopologyConstraint
@@ -36,7 +37,6 @@ from rackscale.pack.trace import (
 from rackscale.scheduler.framework import PLACERS, PROFILES
 from rackscale.scheduler.placement.request import GroupRequest
 from rackscale.scheduler.scheduler import ResourceScheduler
-from rackscale.sweep.spec import MAX_SYNTHETIC_JOBS
 from rackscale.workloads.alibaba import load_alibaba_pods
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
@@ -308,7 +308,7 @@ def test_cli_output_conflicts_are_refused_before_any_work(
 
 
 def test_max_arrivals_is_the_synthetic_mix_bound() -> None:
-    """pack may not import sweep (a layer above it), so the bound is repeated; it must not drift."""
+    """One run's arrivals are that run's jobs: pack's bound is the synthetic mix's (model/specs), not its own."""
     assert MAX_ARRIVALS == MAX_SYNTHETIC_JOBS
 
 

@@ -29,10 +29,9 @@ from rackscale.cli.output import (
     given_options,
 )
 from rackscale.loadgen.settings import MAX_CONCURRENCY
-from rackscale.model.specs import MAX_NVL72_RACKS
+from rackscale.model.specs import MAX_NVL72_RACKS, MAX_SYNTHETIC_JOBS
 from rackscale.scheduler import PROFILES
 from rackscale.sim.records import DEFAULT_HORIZON_S
-from rackscale.sweep.spec import MAX_SYNTHETIC_JOBS
 
 app = typer.Typer(help="Benchmarks of the scheduling core: placement latency, throughput and memory at scale.")
 

@@ -131,9 +131,8 @@ def _check_compare_bounds(jobs: int, spread: float, racks: int, rack_nodes: int,
     would otherwise build a cluster past a spec's bound (an emulated node gets a slurmd and a fake device per
     GPU), queue millions of gangs or spread their arrivals over centuries."""
     from rackscale.model.spec_docs import MAX_GPUS_PER_NODE, MAX_NODES_PER_RACK
-    from rackscale.model.specs import MAX_CLUSTER_NODES
+    from rackscale.model.specs import MAX_CLUSTER_NODES, MAX_SYNTHETIC_JOBS
     from rackscale.sim.records import DEFAULT_HORIZON_S
-    from rackscale.sweep.spec import MAX_SYNTHETIC_JOBS
 
     if jobs > MAX_SYNTHETIC_JOBS:
         fail(f"--jobs must be at most {MAX_SYNTHETIC_JOBS:,} (got {jobs:,})")

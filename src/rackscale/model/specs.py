@@ -64,6 +64,9 @@ __all__ = [
 MAX_CLUSTER_NODES = 262_144
 # The same cap in the default cluster's NVL72 racks (18 nodes each): `--racks` and a sweep's `racks`.
 MAX_NVL72_RACKS = MAX_CLUSTER_NODES // d.SEED_NODES_PER_RACK
+# The most jobs one run may be given (a synthetic mix after --arrival-scale, a trace's inflated arrivals):
+# 1e6 x 1e7 would never fit in memory.
+MAX_SYNTHETIC_JOBS = 10_000_000
 
 # The `kind`s of cluster documents: the seed's resource and rackscale's own form.
 CLUSTER_KINDS = ("GpuCluster", "Cluster")

@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 
 from rackscale.model.errors import RackscaleError
 from rackscale.model.spec_errors import SpecError, SpecProblem
+from rackscale.model.specs import MAX_SYNTHETIC_JOBS
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import JobSpec
 from rackscale.scheduler.placement.fgd import PodType, pod_type
@@ -25,11 +26,10 @@ from rackscale.workloads.alibaba import load_alibaba_nodes, load_alibaba_pods
 
 IntArray = NDArray[np.int64]
 
-# The most pod arrivals one run (one policy, one seed) may be inflated to. It is the synthetic mix's bound
-# (rackscale.sweep.spec.MAX_SYNTHETIC_JOBS: one run's arrivals are that run's jobs), repeated here because
-# sweep is a layer above pack; tests/pack holds the two equal. The openb trace inflates to ~10,800; a legal
-# trace (nodes of up to 1,048,576 GPUs, pods of 1 milli-GPU) would otherwise build billions of arrivals.
-MAX_ARRIVALS = 10_000_000
+# The most pod arrivals one run (one policy, one seed) may be inflated to: the synthetic mix's bound (one
+# run's arrivals are that run's jobs). The openb trace inflates to ~10,800; a legal trace (nodes of up to
+# 1,048,576 GPUs, pods of 1 milli-GPU) would otherwise build billions of arrivals.
+MAX_ARRIVALS = MAX_SYNTHETIC_JOBS
 _BATCH = 1024  # copies drawn at once
 
 

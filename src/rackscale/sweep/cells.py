@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rackscale.model.specs import MAX_SYNTHETIC_JOBS
 from rackscale.model.topology import GPUCluster
 from rackscale.sim.records import SimConfig
 from rackscale.sweep.perf_cells import PERF_KIND, PerfOptions, model_file, run_perf_cell
-from rackscale.sweep.spec import DEFAULT_RACKS, MAX_RACKS, MAX_SYNTHETIC_JOBS, CellOptions, SweepError
+from rackscale.sweep.spec import DEFAULT_RACKS, MAX_RACKS, CellOptions, SweepError
 
 if TYPE_CHECKING:
     from rackscale.workloads.trace_load import TraceLoad

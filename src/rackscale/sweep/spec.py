@@ -32,7 +32,7 @@ from rackscale.host.kpis import Kpis
 from rackscale.host.runs import Estimates
 from rackscale.model.errors import RackscaleError
 from rackscale.model.spec_errors import format_loc
-from rackscale.model.specs import MAX_NVL72_RACKS
+from rackscale.model.specs import MAX_NVL72_RACKS, MAX_SYNTHETIC_JOBS
 from rackscale.sweep.perf_cells import PERF_OPTION_NAMES, PerfOptions
 
 API_VERSION = "rackscale.io/v1"
@@ -40,7 +40,6 @@ MAX_CELLS = 100_000  # a grid larger than this is a typo (a list pasted into the
 MAX_FILE_BYTES = 1 << 20
 KPI_NAMES = tuple(f.name for f in fields(Kpis) if f.name != "by_kind")
 KIND_PREFIXES = ("mean_jct_s_", "mean_queueing_s_")  # per-kind means (Kpis.by_kind)
-MAX_SYNTHETIC_JOBS = 10_000_000  # jobs' own bound: arrival_scale multiplies it (1e6 x 1e7 would never fit in memory)
 MAX_TEXT = 4096  # a path (PATH_MAX) or a window: a longer value is a paste gone wrong, copied into every record
 MAX_ITEMS = 1000  # maintenance windows, schedule files, tenant_map entries
 Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
