@@ -20,7 +20,11 @@ What it implements (and how far):
 - ``GET``/``PATCH`` ``apis/apps/v1/.../deployments/{name}/scale`` (JSON merge patch of ``spec.replicas``;
   another patch type gets 415): the Deployment's replicas, set at once (no controller, no ReplicaSets).
 - ``POST`` nodes, pods, events; ``DELETE`` pods (a ``DeleteOptions`` body's ``preconditions.uid`` that is not
-  the pod's gets 409, as on the real server). ``GET``/``POST``/``PUT``/``DELETE`` leases
+  the pod's gets 409, as on the real server). A DELETE removes the pod at once, unless
+  :attr:`FakeAPIServer.graceful_deletes` is set: then, as for a pod a kubelet runs, it sets
+  ``metadata.deletionTimestamp`` and ``deletionGracePeriodSeconds`` (the body's ``gracePeriodSeconds``, else the
+  pod's ``terminationGracePeriodSeconds``, else 30) and the pod stays until the test removes it (the back door
+  :meth:`FakeAPIServer.delete`: its kubelet saw the containers stop). ``GET``/``POST``/``PUT``/``DELETE`` leases
   (coordination.k8s.io/v1), with optimistic concurrency: a ``PUT`` whose ``metadata.resourceVersion`` is not
   the stored one gets 409 Conflict; a ``POST`` of an existing name gets 409 AlreadyExists.
 
@@ -30,7 +34,7 @@ given status, or meet a change made just before they are served (the pod bound b
 What it does NOT implement: authentication and authorisation, admission (no defaulting, no validation of
 object schemas beyond what is read here), label and field selectors, pagination (``limit``/``continue``),
 server-side apply, JSON Patch, protobuf, ``resourceVersionMatch``, watch-list (``sendInitialEvents``),
-generation / observedGeneration, finalisers and graceful deletion (a DELETE removes at once), kubelets
+generation / observedGeneration, finalisers, grace periods that run out by themselves, kubelets
 (pods never run: their phase stays whatever the test sets), the node lifecycle controller, and any API
 group not listed above (404).
 """
@@ -78,6 +82,8 @@ class FakeAPIServer:
         self.binds: list[tuple[str, str]] = []  # (namespace/pod, node) for every accepted bind
         self.bind_conflicts = 0
         self.deletes: list[str] = []  # namespace/pod for every pod deleted through the API (not the back door)
+        self.delete_bodies: list[Obj] = []  # the DeleteOptions of each, in the same order
+        self.graceful_deletes = False  # a DELETE only marks the pod (see the module's docstring)
         self.scales: list[tuple[str, int]] = []  # (namespace/deployment, replicas) for every accepted scale PATCH
         self.requests: list[tuple[str, str]] = []  # (method, path)
         self.faults: list[Fault] = []
@@ -274,8 +280,18 @@ class FakeAPIServer:
                 f'Operation cannot be fulfilled on Pod "{pod["metadata"]["name"]}": Precondition failed: '
                 f"UID in precondition: {want}, UID in object meta: {pod['metadata']['uid']}",
             )
-        out = self._delete("pods", key)
+        if pod is not None and self.graceful_deletes:
+            if pod["metadata"].get("deletionTimestamp"):
+                return copy.deepcopy(pod)  # already going: a second DELETE changes nothing
+            pod = copy.deepcopy(pod)
+            grace = body.get("gracePeriodSeconds", (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+            pod["metadata"]["deletionTimestamp"] = _now()
+            pod["metadata"]["deletionGracePeriodSeconds"] = grace
+            out = self._write("pods", pod, create_ok=False)
+        else:
+            out = self._delete("pods", key)
         self.deletes.append(key)
+        self.delete_bodies.append(copy.deepcopy(body))
         return out
 
     def _scale(self, key: str, patch: Obj | None, content_type: str) -> Obj:
