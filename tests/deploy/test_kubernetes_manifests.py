@@ -497,7 +497,7 @@ def test_services_select_their_pods() -> None:
 # What `rackscale kube-scheduler` does with the API, and so exactly what it is granted.
 SCHEDULER_CLUSTER_GRANTS = {
     ("", "nodes"): {"get", "list", "watch"},
-    ("", "pods"): {"get", "list", "watch", "delete"},  # delete: the undo of a gang bound part-way
+    ("", "pods"): {"get", "list", "watch", "delete"},  # delete: the undo of a gang bound part-way, and preemption
     ("", "pods/binding"): {"create"},
     ("", "pods/status"): {"patch"},
     ("", "events"): {"create"},

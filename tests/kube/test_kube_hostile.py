@@ -85,7 +85,7 @@ HOSTILE: list[tuple[str, Callable[[Obj], None], str]] = [
         lambda p: p["metadata"]["annotations"].update({"rackscale.io/max-gpus": "8", "rackscale.io/min-gpus": "16"}),
         f"'rackscale.io/max-gpus'='8' is not read under Kubernetes: {ELASTIC}",
     ),
-    ("checkpoint-on-preempt", _ann("rackscale.io/checkpoint-on-preempt", "yes"), "nothing is checkpointed for it"),
+    ("checkpoint-on-preempt", _ann("rackscale.io/checkpoint-on-preempt", "yes"), "save the work on SIGTERM"),
     (
         "priority-annotation",
         _ann("rackscale.io/priority", "ünïcode"),

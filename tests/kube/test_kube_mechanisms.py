@@ -31,26 +31,40 @@ from rackscale.scheduler.decisions import (
 
 Start = Callable[..., KubeScheduler]
 M = Mechanism
-ALL_OFF = {"victims": "", "opportunistic_backfill": False, "elastic": False, "consolidate": False}
+ALL_OFF = {"opportunistic_backfill": False, "elastic": False, "consolidate": False}
 
 
 @pytest.mark.parametrize(
-    ("policy", "off"),
+    ("policy", "preemption", "victims", "off"),
     [
-        pytest.param("rackscale", (M.PREEMPTION, M.LOANS, M.ELASTIC), id="default"),
-        pytest.param("rackscale-consolidate", (M.PREEMPTION, M.LOANS, M.ELASTIC, M.CONSOLIDATION), id="consolidate"),
-        pytest.param("tiresias", (M.PREEMPTION,), id="tiresias-las"),
-        pytest.param("first-fit", (M.PREEMPTION,), id="baseline"),
+        pytest.param("rackscale", True, "cheapest-victims", (M.LAS_PREEMPTION, M.LOANS, M.ELASTIC), id="default"),
+        pytest.param("rackscale", False, "", (M.PREEMPTION, M.LOANS, M.ELASTIC), id="default-no-preemption"),
+        pytest.param(
+            "rackscale-consolidate",
+            True,
+            "cheapest-victims",
+            (M.LAS_PREEMPTION, M.LOANS, M.ELASTIC, M.CONSOLIDATION),
+            id="consolidate",
+        ),
+        pytest.param("tiresias", True, "cheapest-victims", (M.LAS_PREEMPTION,), id="tiresias-las"),
+        pytest.param("first-fit", True, "cheapest-victims", (), id="baseline"),
+        pytest.param("first-fit", False, "", (M.PREEMPTION,), id="baseline-no-preemption"),
     ],
 )
-def test_the_profile_runs_without_the_mechanisms_that_stop_pods(
-    api_client: Callable[[], client.ApiClient], caplog: pytest.LogCaptureFixture, policy: str, off: tuple[M, ...]
+def test_the_profile_keeps_priority_preemption_and_drops_what_resizes_or_moves_pods(
+    api_client: Callable[[], client.ApiClient],
+    caplog: pytest.LogCaptureFixture,
+    policy: str,
+    preemption: bool,
+    victims: str,
+    off: tuple[M, ...],
 ) -> None:
     with caplog.at_level(logging.INFO, logger="rackscale.kube"):
-        s = KubeScheduler(api_client(), dataclasses.replace(FAST, policy=policy))
+        s = KubeScheduler(api_client(), dataclasses.replace(FAST, policy=policy, preemption=preemption))
     p = s.sched.profile
-    assert {k: getattr(p, k) for k in ALL_OFF} == ALL_OFF
-    assert s.sched.victims is None and [a.name for a in s.sched.actions] == ["allocate", "backfill"]
+    assert {k: getattr(p, k) for k in ALL_OFF} == ALL_OFF and p.victims == victims
+    assert (s.sched.victims is not None) is preemption
+    assert [a.name for a in s.sched.actions] == ["allocate", "backfill", *(["preempt"] if preemption else [])]
     assert s.disabled == off
     logged = [r.getMessage() for r in caplog.records if "is off under Kubernetes" in r.getMessage()]
     assert [m.split(": ")[1].split(" is off")[0] for m in logged] == [str(m) for m in off]
@@ -91,11 +105,29 @@ def test_refusal_names_what_the_adapter_cannot_do(decisions: Decisions, needle: 
     assert why is None if needle is None else (why is not None and needle in why)
 
 
+_LAS = dataclasses.replace(_STOP, cause=PreemptionCause.ATTAINED_SERVICE)
+
+
+@pytest.mark.parametrize(
+    ("preemption", "stop", "holders", "needle"),
+    [
+        pytest.param(True, _STOP, {"v"}, None, id="priority-stop-of-a-known-gang"),
+        pytest.param(False, _STOP, {"v"}, "stops 1 running job(s) (priority)", id="preemption-off"),
+        pytest.param(True, _STOP, set(), "which is no gang of rackscale's running pods", id="unknown-victim"),
+        pytest.param(True, _LAS, {"v"}, "(attained-service)", id="between-equals"),
+        pytest.param(True, dataclasses.replace(_STOP, cause=PreemptionCause.RECLAIM), {"v"}, "(reclaim)", id="reclaim"),
+    ],
+)
+def test_refusal_of_a_stop(preemption: bool, stop: Preemption, holders: set[str], needle: str | None) -> None:
+    why = refusal(Decisions(placed=(_PLACED,), preemptions=(stop,)), preemption=preemption, holders=holders)
+    assert why is None if needle is None else (why is not None and needle in why)
+
+
 def test_a_decision_that_stops_a_running_job_binds_nothing(
     fake: FakeAPIServer, start_scheduler: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Should the core decide a preemption (a profile or a core change turning it back on), the placement
-    that counts on the GPUs it frees must not be bound on top of the pods still running there."""
+    """Should the core decide a stop the adapter cannot make (here of a job that is no gang of its pods), the
+    placement that counts on the GPUs it frees must not be bound on top of the pods still running there."""
     add_racks(fake, racks=1, nodes=1)
     s = start_scheduler()
     wait_for(lambda: all(s.synced.values()), what="synced")
@@ -116,13 +148,15 @@ def test_a_decision_that_stops_a_running_job_binds_nothing(
     assert any("not carrying out" in r.getMessage() for r in caplog.records)
 
 
-def test_a_higher_priority_gang_waits_and_deletes_no_running_pod(fake: FakeAPIServer, start_scheduler: Start) -> None:
-    """Preemption is off: the running gang keeps its pods, the higher-priority one says why it waits."""
+def test_without_preemption_a_higher_priority_gang_waits_and_deletes_no_running_pod(
+    fake: FakeAPIServer, start_scheduler: Start
+) -> None:
+    """--no-preemption: the running gang keeps its pods, the higher-priority one says why it waits."""
     add_racks(fake, racks=1, nodes=2)
     low = [f"default/low-{i}" for i in range(2)]
     for i in range(2):
         fake.put("pods", pod(f"low-{i}", group="low", min_member=2, priority=10))
-    s = start_scheduler()
+    s = start_scheduler(dataclasses.replace(FAST, preemption=False))
     wait_for(lambda: all(bound_to(fake, k) for k in low), what="the low gang bound")
     for i in range(2):
         fake.put("pods", pod(f"high-{i}", group="high", min_member=2, priority=1000))

@@ -9,7 +9,7 @@ from tests.kube.conftest import node, pod
 
 from rackscale.kube.cluster import node_available, parse_quantity
 from rackscale.kube.pods import gang_spec, gangs, pod_request
-from rackscale.model.workload import JobKind
+from rackscale.model.workload import JobKind, PreemptionPolicy
 
 
 def test_quantities() -> None:
@@ -32,7 +32,11 @@ def test_gangs_group_and_gate_on_min_member() -> None:
     assert t.ready and len(t.pending) == 3 and t.bound == 1 and t.priority == 5
     spec = gang_spec(t, "nvidia.com/gpu", submit_time=0.0)
     assert not isinstance(spec, str)
-    assert spec.kind is JobKind.TRAINING and spec.units == 3 and spec.unit.gpus == 8 and not spec.preemptible
+    assert spec.kind is JobKind.TRAINING and spec.units == 3 and spec.unit.gpus == 8
+    assert spec.preemption_policy is PreemptionPolicy.PREEMPT_LOWER_PRIORITY  # spec.preemptionPolicy's default
+    t.pending[1]["spec"]["preemptionPolicy"] = "Never"  # one member that may not preempt holds the gang back
+    never = gang_spec(t, "nvidia.com/gpu", submit_time=0.0)
+    assert not isinstance(never, str) and never.preemption_policy is PreemptionPolicy.NEVER
     alone = gang_spec(out["pod:default/alone"], "nvidia.com/gpu", submit_time=0.0)
     assert not isinstance(alone, str) and alone.units == 1 and alone.unit.gpus == 2
 

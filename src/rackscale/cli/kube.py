@@ -33,10 +33,17 @@ def kube_scheduler(
     policy: Annotated[
         str,
         typer.Option(
-            help="Scheduler profile (see `rackscale schedule --help`); its preemption, loans, elastic gangs and "
-            "consolidation are off here (docs/kubernetes.md)."
+            help="Scheduler profile (see `rackscale schedule --help`); its loans, elastic gangs, consolidation and "
+            "preemption between equal priorities are off here (docs/kubernetes.md)."
         ),
     ] = "rackscale",
+    preemption: Annotated[
+        bool,
+        typer.Option(
+            help="Let a waiting gang delete the pods of lower-priority gangs it needs the GPUs of, each with its "
+            "grace period (as kube-scheduler's preemption); --no-preemption: it waits."
+        ),
+    ] = True,
     leader_elect: Annotated[bool, typer.Option(help="Elect a leader through a Lease (run several replicas).")] = True,
     lease_name: Annotated[str | None, typer.Option(help="Lease name (default: the scheduler name).")] = None,
     lease_namespace: Annotated[str, typer.Option(help="Namespace of the Lease.")] = "kube-system",
@@ -75,6 +82,7 @@ def kube_scheduler(
 
       rackscale kube-scheduler --kubeconfig ~/.kube/config --scheduler-name rackscale
       rackscale kube-scheduler --rack-label example.com/nvlink-domain --no-leader-elect
+      rackscale kube-scheduler --policy first-fit --no-preemption
       rackscale kube-scheduler --schedule examples/schedule-training-nights.yaml
     """
     try:
@@ -89,7 +97,7 @@ def kube_scheduler(
     from rackscale.kube.mechanisms import kube_profile
 
     try:
-        kube_profile(policy)  # an unknown name ends the command here, naming the profiles
+        kube_profile(policy, preemption=preemption)  # an unknown name ends the command here, naming the profiles
     except ValueError as e:
         fail(f"--policy: {e}")
     schedules = load_schedules(schedule_files or [])
@@ -122,6 +130,7 @@ def kube_scheduler(
             scheduler_name=scheduler_name,
             labels=LabelKeys(rack=rack_label, region=region_label, gpu_resource=gpu_resource),
             policy=policy,
+            preemption=preemption,
             leader_elect=leader_elect,
             lease_name=lease_name or "",
             lease_namespace=lease_namespace,

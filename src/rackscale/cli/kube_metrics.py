@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from rackscale.kube.observed import AttemptResult
+from rackscale.scheduler.decisions import PreemptionCause
 
 if TYPE_CHECKING:
     from rackscale.kube.scheduler import KubeScheduler
@@ -47,6 +48,10 @@ METRIC_NAMES = (
     "rackscale_kube_undone_pods_total",
     "rackscale_kube_undo_errors_total",
     "rackscale_kube_refused_cycles_total",
+    "rackscale_preemption_victims_total",
+    "rackscale_kube_preemptions_total",
+    "rackscale_kube_preempted_pods_total",
+    "rackscale_kube_preemption_errors_total",
     "rackscale_kube_watch_lists_total",
     "rackscale_kube_watch_expired_total",
     "rackscale_kube_watch_bookmarks_total",
@@ -82,6 +87,13 @@ class KubeCollector(Collector):
             buckets=[(_le(bound), n) for bound, n in buckets],
             sum_value=total,
         )
+        victims = CounterMetricFamily(
+            "rackscale_preemption_victims",
+            "Running gangs stopped to make room for others, by cause (here: priority only).",
+            labels=["cause"],
+        )
+        victims.add_metric([PreemptionCause.PRIORITY.value], st.victims)
+        yield victims
         yield from self._pending()
         leading = GaugeMetricFamily(
             "rackscale_leader", "1 if this replica leads (schedules), 0 if a standby.", labels=["replica"]
@@ -103,8 +115,16 @@ class KubeCollector(Collector):
             ("undo_errors", "Deletions of such pods that failed (retried on the next cycles).", st.undo_errors),
             (
                 "refused_cycles",
-                "Cycles whose decisions would stop, resize or move a running pod: none carried out.",
+                "Cycles whose decisions would resize, move or grow a running gang, or stop one other than by "
+                "priority: none carried out.",
                 st.refused_cycles,
+            ),
+            ("preemptions", "Waiting gangs that preempted: deleted lower-priority gangs' pods to run.", st.preemptions),
+            ("preempted_pods", "Pods deleted for a preemption (each with its grace period).", st.preempted_pods),
+            (
+                "preemption_errors",
+                "Deletions of preemption victims the API server refused or that failed (tried again later).",
+                st.preemption_errors,
             ),
         ):
             yield CounterMetricFamily(f"rackscale_kube_{name}", doc, value=value)

@@ -13,6 +13,7 @@ class KubeSchedulerConfig:
     scheduler_name: str = "rackscale"
     labels: LabelKeys = field(default_factory=LabelKeys)
     policy: str = "rackscale"
+    preemption: bool = True  # a waiting gang may delete lower-priority gangs' pods (kube.preemption)
     leader_elect: bool = True
     lease_name: str = ""  # default: the scheduler name
     lease_namespace: str = "kube-system"
@@ -50,6 +51,10 @@ class Stats:
     undone: int = 0  # pods deleted to undo a partial gang bind
     undo_errors: int = 0  # deletions of such pods that failed (retried on the next cycles)
     refused_cycles: int = 0  # cycles whose decisions stopped, resized or moved a running job: none carried out
+    preemptions: int = 0  # waiting gangs that preempted (deleted lower-priority gangs' pods)
+    victims: int = 0  # running gangs (or lone pods) stopped for them
+    preempted_pods: int = 0  # pods deleted for a preemption
+    preemption_errors: int = 0  # such deletions the API server refused or that failed on the way
     lists: dict[str, int] = field(default_factory=_per_kind)
     gone: dict[str, int] = field(default_factory=_per_kind)
     bookmarks: dict[str, int] = field(default_factory=_per_kind)

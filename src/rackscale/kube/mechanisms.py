@@ -1,27 +1,33 @@
 """Which of the scheduler's mechanisms run under Kubernetes, and why the others are off: pure, no I/O.
 
 The core decides placements, and also stops, resizes and moves running jobs (issue 13's mechanisms). A
-running job here is a set of pods that a controller (a Job, JobSet, StatefulSet, ...) owns: rackscale binds
-pods, and deletes only the pods of a gang bind it could not complete (:mod:`rackscale.kube.binding`). It
-does not delete running pods, nor create pods, so the mechanisms that need either are switched off in the
-profile the Kubernetes scheduler runs (:func:`kube_profile`), and said so at start (docs/kubernetes.md,
-"Scheduler mechanisms"). Should the core still decide one, :func:`refusal` says why the cycle's decisions
-are not carried out: never a placement bound on GPUs that a stop the adapter did not make was to free.
+running job here is a set of pods that a controller (a Job, JobSet, StatefulSet, ...) owns. rackscale binds
+pods; it deletes the pods of a gang bind it could not complete (:mod:`rackscale.kube.binding`) and, as
+kube-scheduler's own preemption does, the pods of lower-priority gangs that a waiting gang of higher
+priority needs the GPUs of (:mod:`rackscale.kube.preemption`: deleted with their grace period, the
+preemptor nominated and placed once they are gone). It creates no pod, so the mechanisms that need one
+(grow, move) are switched off in the profile the Kubernetes scheduler runs (:func:`kube_profile`), and
+said so at start (docs/kubernetes.md, "Scheduler mechanisms"). Should the core still decide one,
+:func:`refusal` says why the cycle's decisions are not carried out: never a placement bound on GPUs that a
+stop the adapter did not make was to free.
 """
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import replace
 from enum import StrEnum
 
-from rackscale.scheduler.decisions import Decisions
+from rackscale.scheduler.decisions import Decisions, PreemptionCause
 from rackscale.scheduler.framework import PROFILES, Profile, unknown
+from rackscale.scheduler.preemption import CheapestVictims
 
 
 class Mechanism(StrEnum):
     """A mechanism of the core that the Kubernetes scheduler does not run (the profile field that enables it)."""
 
-    PREEMPTION = "preemption"  # ``victims``: priority preemption, and least attained service between equals
+    PREEMPTION = "preemption"  # ``victims``: priority preemption (off only with --no-preemption)
+    LAS_PREEMPTION = "least-attained-service preemption"  # ``las-victims``' stops between equal priorities
     LOANS = "loans"  # ``opportunistic_backfill``: lend reserved GPUs, reclaim them (a reclaim stops the borrower)
     ELASTIC = "elastic"  # ``elastic``: minGpus/maxGpus gangs that start smaller, shrink and grow
     CONSOLIDATION = "consolidation"  # ``consolidate``: move running jobs to free a rack for a waiting gang
@@ -29,9 +35,11 @@ class Mechanism(StrEnum):
 
 # Why each is off, for the log line at start and for docs/kubernetes.md (the same words).
 WHY_OFF: dict[Mechanism, str] = {
-    Mechanism.PREEMPTION: "it stops running pods, and rackscale deletes no running pod (kube-scheduler's own "
-    "preemption, PodDisruptionBudgets and grace periods are not reproduced); pending gangs wait instead",
-    Mechanism.LOANS: "a loan ends by stopping the borrower's pods, which is a preemption",
+    Mechanism.PREEMPTION: "--no-preemption: a gang that does not fit waits, and no running pod is deleted for it",
+    Mechanism.LAS_PREEMPTION: "it stops a running gang for a waiting one of the same priority that has had "
+    "less GPU time, and pods carry no attained service on record; priority preemption stays on",
+    Mechanism.LOANS: "a loan ends by stopping the borrower's pods, which its reserved holder may not wait for: "
+    "a reclaim is a preemption between any priorities",
     Mechanism.ELASTIC: "a gang's size is its controller's (a Job's parallelism): a scheduler creates no pods to "
     "grow one, and a pod it deleted to shrink one would be recreated; gangs run at the size of their pods",
     Mechanism.CONSOLIDATION: "a move deletes running pods and needs their controller to recreate them where the "
@@ -39,33 +47,41 @@ WHY_OFF: dict[Mechanism, str] = {
 }
 
 
-def kube_profile(policy: str | Profile) -> tuple[Profile, tuple[Mechanism, ...]]:
+def kube_profile(policy: str | Profile, *, preemption: bool = True) -> tuple[Profile, tuple[Mechanism, ...]]:
     """The profile the Kubernetes scheduler runs for ``policy``, and the mechanisms it switched off there.
 
-    Raises ``ValueError`` (naming the profiles) for an unknown profile name."""
+    A profile that preempts keeps priority preemption (``cheapest-victims``: lower priorities only) unless
+    ``preemption`` is False. Raises ``ValueError`` (naming the profiles) for an unknown profile name."""
     if isinstance(policy, str):
         if policy not in PROFILES:
             raise unknown("profile", policy, PROFILES)
         policy = PROFILES[policy]
+    victims = CheapestVictims.name if policy.victims and preemption else ""
     off = tuple(
         m
         for m, on in (
-            (Mechanism.PREEMPTION, bool(policy.victims)),
+            (Mechanism.PREEMPTION, bool(policy.victims) and not preemption),
+            (Mechanism.LAS_PREEMPTION, preemption and policy.victims not in ("", CheapestVictims.name)),
             (Mechanism.LOANS, policy.opportunistic_backfill),
             (Mechanism.ELASTIC, policy.elastic),
             (Mechanism.CONSOLIDATION, policy.consolidate),
         )
         if on
     )
-    profile = replace(policy, victims="", opportunistic_backfill=False, elastic=False, consolidate=False)
+    profile = replace(policy, victims=victims, opportunistic_backfill=False, elastic=False, consolidate=False)
     return profile, off
 
 
-def refusal(d: Decisions) -> str | None:
-    """Why the adapter cannot carry out the cycle's decisions ``d`` (it would stop, resize or move a running
-    job, or add pods to one), or None when they are placements of pending gangs only."""
-    if d.preemptions:
-        return f"it stops {len(d.preemptions)} running job(s) ({d.preemptions[0].cause.value})"
+def refusal(d: Decisions, *, preemption: bool = False, holders: Container[str] = ()) -> str | None:
+    """Why the adapter cannot carry out the cycle's decisions ``d``, or None when it can: placements of
+    pending gangs, and (with ``preemption``) stops of lower-priority gangs whose pods it knows (``holders``:
+    the running jobs the snapshot built from rackscale's own pods). Any other stop, a resize, a move, a
+    growth or a loan is refused."""
+    for s in d.preemptions:
+        if not preemption or s.cause is not PreemptionCause.PRIORITY:
+            return f"it stops {len(d.preemptions)} running job(s) ({s.cause.value})"
+        if s.victim not in holders:
+            return f"it stops {s.victim!r}, which is no gang of rackscale's running pods"
     if d.resized:
         return f"it resizes {len(d.resized)} running gang(s) ({d.resized[0].kind.value})"
     for p in d.placed:

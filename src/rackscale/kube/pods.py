@@ -41,12 +41,13 @@ _ELASTIC = (
 _UNSUPPORTED = {
     "mingpus": _ELASTIC,
     "maxgpus": _ELASTIC,
-    "checkpointonpreempt": "rackscale stops no running pod under Kubernetes, so nothing is checkpointed for it; "
-    "remove the annotation",
+    "checkpointonpreempt": "a preempted pod is deleted with its own terminationGracePeriodSeconds: save the work "
+    "on SIGTERM within it, and remove the annotation",
     "priority": "the priority is spec.priority: set spec.priorityClassName and remove the annotation",
     "priorityclass": "the priority is spec.priority: set spec.priorityClassName and remove the annotation",
-    "preemptible": "rackscale preempts no pod under Kubernetes; remove the annotation",
-    "preemptionpolicy": "rackscale preempts no pod under Kubernetes; set spec.preemptionPolicy and remove the "
+    "preemptible": "a running gang may be preempted by a waiting one of higher priority: keep it running with a "
+    "higher PriorityClass, and remove the annotation",
+    "preemptionpolicy": "the preemption policy is spec.preemptionPolicy: set it in the PriorityClass and remove the "
     "annotation",
 }
 
@@ -286,10 +287,12 @@ def gang_spec(g: Gang, gpu_resource: str, *, submit_time: float) -> JobSpec | st
         return f"pod group {g.group!r}: its pods disagree on annotation {TOPOLOGY} ({said}); give every pod the same"
     if topo not in (None, "rack", "region"):
         return f"annotation {TOPOLOGY}={shown(topo)}: expected 'rack' or 'region'"
+    # spec.preemptionPolicy (from the PriorityClass): one member that may not preempt keeps the gang from it.
+    never = any((p.get("spec") or {}).get("preemptionPolicy") == PreemptionPolicy.NEVER for p in g.pending)
     common: dict[str, Any] = {
         "priority": g.priority,
-        "preemption_policy": PreemptionPolicy.NEVER,  # rackscale does not evict pods (yet)
-        "preemptible": False,
+        "preemption_policy": PreemptionPolicy.NEVER if never else PreemptionPolicy.PREEMPT_LOWER_PRIORITY,
+        "preemptible": True,
         "submit_time": submit_time,
         "queue": g.namespace,
     }

@@ -36,10 +36,22 @@ class EventReason(StrEnum):
     SCHEDULED = "Scheduled"  # kube-scheduler's reason for a bound pod
     FAILED_SCHEDULING = "FailedScheduling"  # kube-scheduler's reason for a pod left pending
     GANG_BIND_UNDONE = "GangBindUndone"  # rackscale's: this pod was bound, then deleted with its failed gang
+    PREEMPTED = "Preempted"  # kube-scheduler's reason on a victim of preemption
 
 
 def _timestamp() -> str:
     return micro_time(datetime.now(UTC)).split(".")[0] + "Z"
+
+
+def _condition(typ: str, status: str, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "type": typ,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": None,
+        "lastTransitionTime": _timestamp(),
+    }
 
 
 class Reporter:
@@ -85,27 +97,31 @@ class Reporter:
         self.reported.pop(self.uid(pod), None)
 
     def condition(self, pod: Obj, message: str) -> None:
+        self._patch_status(pod, {"conditions": [_condition("PodScheduled", "False", "Unschedulable", message)]})
+
+    def disruption(self, pod: Obj, message: str) -> None:
+        """The ``DisruptionTarget`` condition of a victim about to be deleted, as kube-scheduler sets it (a Job's
+        ``podFailurePolicy`` can tell a preemption from a failure by it)."""
+        cond = _condition("DisruptionTarget", "True", "PreemptionByScheduler", message)
+        self._patch_status(pod, {"conditions": [cond]})
+
+    def preempted(self, pod: Obj, message: str) -> None:
+        """A ``Preempted`` event on a victim (deleted)."""
+        self.event(pod, EventType.NORMAL, EventReason.PREEMPTED, message)
+
+    def nominate(self, pod: Obj, node: str, message: str) -> None:
+        """``status.nominatedNodeName`` of a pod waiting for its victims, and why it waits (told now)."""
+        self._patch_status(pod, {"nominatedNodeName": node})
+        self.failed(pod, message, reason=EventReason.FAILED_SCHEDULING)
+
+    def _patch_status(self, pod: Obj, status: dict[str, Any]) -> None:
         md = pod["metadata"]
-        patch = {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": message,
-                        "lastProbeTime": None,
-                        "lastTransitionTime": _timestamp(),
-                    }
-                ]
-            }
-        }
         try:
             call_json(
                 self.core.patch_namespaced_pod_status,
                 md["name"],
                 md.get("namespace", "default"),
-                patch,
+                {"status": status},
                 _content_type="application/strategic-merge-patch+json",
             )
         except (KubeApiError, OSError) as e:

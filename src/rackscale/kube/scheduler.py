@@ -14,6 +14,7 @@ Only the leader (see :mod:`rackscale.kube.leader`) schedules; every instance kee
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -25,23 +26,26 @@ from typing import Any
 from kubernetes import client
 
 from rackscale.host.scaling import ScalingSchedule
-from rackscale.kube.binding import GangBinder
+from rackscale.kube.binding import GangBinder, assignments
 from rackscale.kube.cluster import build_cluster, topology_signature
 from rackscale.kube.config import KubeSchedulerConfig, Stats
 from rackscale.kube.leader import LeaderElector
 from rackscale.kube.ledger import Ledger
 from rackscale.kube.mechanisms import WHY_OFF, kube_profile, refusal
 from rackscale.kube.observed import AttemptResult, Waiting, waiting
-from rackscale.kube.planning import plan
+from rackscale.kube.planning import Plan, plan
 from rackscale.kube.pods import Gang, gangs, node_name, pod_key
+from rackscale.kube.preemption import EvictionBook, Evictor, core_time, started_wall, victim_job
 from rackscale.kube.report import Reporter
 from rackscale.kube.schedules import DeploymentScaler
-from rackscale.kube.snapshot import build_state, cluster_index, node_key, with_node
+from rackscale.kube.snapshot import Snapshot, build_snapshot, cluster_index, node_key, with_node
 from rackscale.kube.undo import UndoBook
 from rackscale.kube.watch import Item, Watcher
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster, NodeDecl
+from rackscale.model.workload import JobSpec, PreemptionPolicy
 from rackscale.scheduler import PendingQueue, ResourceScheduler
+from rackscale.scheduler.decisions import Decisions, Preemption
 
 __all__ = ["KubeScheduler", "KubeSchedulerConfig", "Stats", "cluster_index"]
 
@@ -79,8 +83,8 @@ class KubeScheduler:
             if cfg.leader_elect
             else None
         )
-        # The profile without the mechanisms that stop, resize or move running pods (kube.mechanisms).
-        profile, self.disabled = kube_profile(cfg.policy)
+        # The profile without the mechanisms that resize or move running pods (kube.mechanisms).
+        profile, self.disabled = kube_profile(cfg.policy, preemption=cfg.preemption)
         for m in self.disabled:
             log.info("profile %r: %s is off under Kubernetes: %s (docs/kubernetes.md)", cfg.policy, m, WHY_OFF[m])
         self.sched = ResourceScheduler(profile=profile)
@@ -92,6 +96,9 @@ class KubeScheduler:
             clock=clock,
             report_interval_s=cfg.report_interval_s,
         )
+        self.evictor = Evictor(self.core, self.reporter)
+        self.evictions = EvictionBook()  # per waiting gang, the pods deleted for it (kube.preemption)
+        self.wall = wall
         self.stopping = threading.Event()
         self.events: queue.Queue[Item] = queue.Queue()
         self.nodes: dict[str, Obj] = {}
@@ -251,7 +258,24 @@ class KubeScheduler:
 
     def build_state(self, cluster: GPUCluster) -> ClusterState:
         """The allocation as the cache shows it: every live pod bound to a node holds its requests there."""
-        return build_state(cluster, nodes=self.nodes, pods=self.pods, where=self._where, labels=self.config.labels)
+        return self.snapshot(cluster).state
+
+    def snapshot(self, cluster: GPUCluster) -> Snapshot:
+        """:meth:`build_state`, with rackscale's running gangs as the jobs a preemption may stop (and their pods)."""
+        sched = self.config.scheduler_name
+
+        def victim(key: str, pod: Mapping[str, Any]) -> str | None:
+            return None if self.undo.undoing(key, pod) else victim_job(pod, scheduler=sched)
+
+        return build_snapshot(
+            cluster,
+            nodes=self.nodes,
+            pods=self.pods,
+            where=self._where,
+            labels=self.config.labels,
+            victim_job=victim if self.config.preemption else lambda key, pod: None,
+            started=core_time(started_wall, wall_now=self.wall(), core_now=self.clock() - self._t0),
+        )
 
     def cycle(self) -> int:
         """One scheduling cycle over the cache. Returns the number of pods bound."""
@@ -293,8 +317,9 @@ class KubeScheduler:
                 self.reporter.unschedulable(g.pending, "no nodes")
             self._attempt(AttemptResult.UNSCHEDULABLE, len(pending))
             return 0
-        state = self.build_state(cluster)
+        snap = self.snapshot(cluster)
         live = {g.job for g in pending}
+        self.evictions.prune(pending=live, pods=self.pods)
         for job in list(self._first_seen):
             if job not in live:
                 del self._first_seen[job]
@@ -311,9 +336,9 @@ class KubeScheduler:
         self._attempt(AttemptResult.UNSCHEDULABLE, len(p.rejected))
         if not p.jobs:
             return 0
-        queue = PendingQueue((s for _, s in p.jobs.values()), elastic=self.sched.profile.elastic)
-        d = self.sched.schedule(state, queue, now - self._t0)
-        why_not = refusal(d)
+        queue = PendingQueue((self._may_preempt(s) for _, s in p.jobs.values()), elastic=self.sched.profile.elastic)
+        d = self.sched.schedule(snap.state, queue, now - self._t0)
+        why_not = refusal(d, preemption=self.config.preemption, holders=snap.holders)
         if why_not is not None:
             # Not bound either: a placement may count on GPUs that the stop or the shrink was to free.
             self.stats.refused_cycles += 1
@@ -321,19 +346,31 @@ class KubeScheduler:
             self._attempt(AttemptResult.UNSCHEDULABLE, len(d.pending))
             log.error("not carrying out this cycle's decisions: %s, which rackscale does not do to pods", why_not)
             return 0
+        # A cycle that preempts binds nothing where its victims ran: they hold their GPUs until they are gone.
+        held, preemptors = self._preempt(d, p, snap, cluster) if d.preemptions else (set(), set())
         bound = 0
+        seen: set[str] = set()
         for placed in d.placed:
+            seen.add(placed.spec.name)
+            if placed.spec.name in preemptors:
+                self._attempt(AttemptResult.UNSCHEDULABLE)  # as kube-scheduler counts an attempt that preempted
+                continue
+            if any(cluster.nodes[a.node].name in held for a in placed.placement.allocs):
+                self._dirty = True  # placed on GPUs the victims may still hold: looked at again next cycle
+                continue
             g, spec = p.jobs[placed.spec.name]
             n = self.ledger.bind_gang(cluster, g, spec, placed.placement)
             self._attempt(AttemptResult.SCHEDULED if n else AttemptResult.ERROR)  # a gang binds whole or not
             if n:
                 bound_jobs.add(g.job)
             bound += n
-        seen = {placed.spec.name for placed in d.placed}
         for w in d.pending:
             seen.add(w.spec.name)
             g, _ = p.jobs[w.spec.name]
-            self.reporter.unschedulable(g.pending, f"{w.status.reason.value}: {w.status.message}")
+            why = f"{w.status.reason.value}: {w.status.message}"
+            if n_victims := self.evictions.waiting_for(g.job, self.pods):
+                why = f"waiting for {n_victims} preempted pod(s) of lower priority to terminate ({why})"
+            self.reporter.unschedulable(g.pending, why)
         self._attempt(AttemptResult.UNSCHEDULABLE, len(d.pending))
         if d.not_examined_status is not None:
             st = d.not_examined_status
@@ -341,6 +378,53 @@ class KubeScheduler:
                 if name not in seen:
                     self.reporter.unschedulable(g.pending, f"{st.reason.value}: {st.message}")
         return bound
+
+    def _may_preempt(self, spec: JobSpec) -> JobSpec:
+        """``spec``, kept from preempting while pods deleted for it are still there (it would stop more for the
+        same room), or when preemption is off."""
+        if spec.preemption_policy is PreemptionPolicy.NEVER:
+            return spec
+        if not self.config.preemption or self.evictions.waiting_for(spec.name, self.pods):
+            return dataclasses.replace(spec, preemption_policy=PreemptionPolicy.NEVER)
+        return spec
+
+    def _preempt(self, d: Decisions, p: Plan, snap: Snapshot, cluster: GPUCluster) -> tuple[set[str], set[str]]:
+        """Delete the victims of the cycle's preemptions and nominate each preemptor's pods to their planned
+        nodes. Returns the nodes the victims ran on (nothing is bound there this cycle) and the preemptors."""
+        stops: dict[str, list[Preemption]] = {}
+        for s in d.preemptions:
+            stops.setdefault(s.preemptor, []).append(s)
+        placed = {x.spec.name: x for x in d.placed}
+        held: set[str] = set()
+        now = self.clock()
+        for job, victims in stops.items():
+            deleted = []
+            for s in victims:
+                self.stats.victims += 1
+                for v in snap.holders[s.victim]:
+                    held.add(v.node)
+                    why = (
+                        f"Preempted by {self.config.scheduler_name}: a waiting gang of higher priority needs its "
+                        f"GPUs ({s.reason})"
+                    )
+                    if self.evictor.evict(v, why=why):
+                        deleted.append(v)
+                        self.stats.preempted_pods += 1
+                    else:
+                        self.stats.preemption_errors += 1
+            self.stats.preemptions += 1
+            self.evictions.record(job, deleted, now=now)
+            log.info("%s preempts %d gang(s), %d pod(s) deleted", job, len(victims), len(deleted))
+            g, spec = p.jobs[job]
+            x = placed.get(job)
+            plan_ = assignments(cluster, spec, x.placement, g.pending) if x is not None else []
+            self.evictor.nominate(
+                ((a.pod, a.node) for a in plan_),
+                message=f"preempting {len(deleted)} pod(s) of lower priority ({victims[0].reason}); waiting for them "
+                "to terminate",
+            )
+        self._dirty = True
+        return held, set(stops)
 
 
 def _hostname() -> str:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from rackscale.kube.cluster import LabelKeys
 from rackscale.kube.health import node_health
-from rackscale.kube.pods import PodRequest, is_terminated, pod_request
+from rackscale.kube.pods import PodRequest, is_terminated, pod_request, priority
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster
@@ -37,6 +38,36 @@ def with_node(pod: Obj, node: str) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Victim:
+    """A pod that a preemption would delete: the DELETE's UID precondition, where it runs, what it was."""
+
+    key: str
+    uid: str
+    node: str
+    pod: Obj
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    """The allocation, and the pods each preemptible running job in it stands for (by job name)."""
+
+    state: ClusterState
+    holders: dict[str, tuple[Victim, ...]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Running:
+    """A preemptible job being gathered from its pods: per node (GPUs, CPU, memory), and its pods."""
+
+    unit_gpus: int
+    priority: int
+    queue: str
+    started: float
+    per_node: dict[int, list[int]] = field(default_factory=dict)
+    pods: list[Victim] = field(default_factory=list)
+
+
 def build_state(
     cluster: GPUCluster,
     *,
@@ -45,31 +76,80 @@ def build_state(
     where: Callable[[str, Obj], str | None],
     labels: LabelKeys,
 ) -> ClusterState:
+    """:func:`build_snapshot` with no preemptible job: every pod holds its requests, and nobody may stop it."""
+    return build_snapshot(cluster, nodes=nodes, pods=pods, where=where, labels=labels).state
+
+
+def build_snapshot(
+    cluster: GPUCluster,
+    *,
+    nodes: Mapping[str, Obj],
+    pods: Mapping[str, Obj],
+    where: Callable[[str, Obj], str | None],
+    labels: LabelKeys,
+    victim_job: Callable[[str, Obj], str | None] = lambda key, pod: None,
+    started: Callable[[Obj], float] = lambda pod: 0.0,
+) -> Snapshot:
     """Every live pod that holds a node (``where`` says which: its nodeName, or one we bound or are undoing
     that the watch has not shown yet) holds its requests there. A node that takes no new pods
     (:func:`rackscale.kube.health.node_health`: not Ready, cordoned, tainted) is failed, and so are the
-    GPUs its capacity counts above its allocatable."""
+    GPUs its capacity counts above its allocatable.
+
+    ``victim_job`` names the preemptible running job a pod belongs to (a gang's pods are one job: a preemption
+    deletes all of them), or None for a pod that no preemption may delete; such a pod is a job of its own
+    that nobody stops. A preemptible job runs at its highest pod priority, in its namespace's queue, since
+    its earliest pod's ``started`` (the core's clock)."""
     state = ClusterState(cluster)
     index = {n.name: n.index for n in cluster.nodes}
+    gathering: dict[str, _Running] = {}
     for key, pod in pods.items():
         at = where(key, pod)
         if at is None or is_terminated(pod) or at not in index:
             continue
         n = index[at]
+        job = victim_job(key, pod)
         try:
             req = pod_request(pod, labels.gpu_resource)
         except ValueError as e:
             # Unreadable (a real API server validates requests): it takes all that is left on its node, so that
-            # nothing is placed on top of it.
+            # nothing is placed on top of it, and no preemption counts on what it holds.
             log.warning("bound pod %s: %s; counting its node %s as full", key, e, at)
-            req = PodRequest(state.node_whole[n], state.cpu_free[n], state.mem_free[n])
-        g = min(req.gpus, state.node_whole[n])  # another scheduler may have over-committed the node
-        cpu, mem = min(req.cpu_milli, state.cpu_free[n]), min(req.memory_mib, state.mem_free[n])
-        if g == 0 and cpu == 0 and mem == 0:
+            req, job = PodRequest(state.node_whole[n], state.cpu_free[n], state.mem_free[n]), None
+        if job is not None:
+            r = gathering.get(job)
+            if r is None:
+                md = pod.get("metadata") or {}
+                r = gathering[job] = _Running(
+                    unit_gpus=req.gpus,
+                    priority=priority(pod),
+                    queue=str(md.get("namespace", "default")),
+                    started=started(pod),
+                )
+            r.priority, r.started = max(r.priority, priority(pod)), min(r.started, started(pod))
+            held = r.per_node.setdefault(n, [0, 0, 0])
+            held[0] += req.gpus
+            held[1] += req.cpu_milli
+            held[2] += req.memory_mib
+            r.pods.append(Victim(key=key, uid=str((pod.get("metadata") or {}).get("uid") or ""), node=at, pod=pod))
             continue
-        alloc = NodeAlloc(n, state.whole_free_gpus(n, g) if g else (), cpu_milli=cpu, memory_mib=mem)
-        spec = batch(f"bound:{key}", gpus=g, cpu_milli=cpu, memory_mib=mem, preemptible=False)
-        state.allocate(spec, Placement(spec.name, (alloc,), 1), now=0.0, health=False)
+        alloc = _alloc(state, n, req.gpus, req.cpu_milli, req.memory_mib)
+        if alloc is not None:
+            spec = batch(
+                f"bound:{key}",
+                gpus=alloc.whole_gpus,
+                cpu_milli=alloc.cpu_milli,
+                memory_mib=alloc.memory_mib,
+                preemptible=False,
+            )
+            state.allocate(spec, Placement(spec.name, (alloc,), 1), now=0.0, health=False)
+    holders: dict[str, tuple[Victim, ...]] = {}
+    for job, r in gathering.items():
+        allocs = tuple(a for n, (g, c, m) in sorted(r.per_node.items()) if (a := _alloc(state, n, g, c, m)) is not None)
+        if not allocs:
+            continue
+        spec = batch(job, gpus=r.unit_gpus, tasks=len(r.pods), priority=r.priority, queue=r.queue, preemptible=True)
+        state.allocate(spec, Placement(job, allocs, len(r.pods)), now=r.started, health=False)
+        holders[job] = tuple(r.pods)
     for node in nodes.values():
         h = node_health(node, labels.gpu_resource)
         at_index = index.get(node_key(node))
@@ -80,4 +160,14 @@ def build_state(
                 state.fail_gpu(at_index, g)
         if h.state.failed:
             state.fail_node(at_index)
-    return state
+    return Snapshot(state=state, holders=holders)
+
+
+def _alloc(state: ClusterState, n: int, gpus: int, cpu_milli: int, memory_mib: int) -> NodeAlloc | None:
+    """What a pod (or a gang's pods) on node ``n`` holds, within what is left there (another scheduler may have
+    over-committed the node); None when that is nothing."""
+    g = min(gpus, state.node_whole[n])
+    cpu, mem = min(cpu_milli, state.cpu_free[n]), min(memory_mib, state.mem_free[n])
+    if g == 0 and cpu == 0 and mem == 0:
+        return None
+    return NodeAlloc(n, state.whole_free_gpus(n, g) if g else (), cpu_milli=cpu, memory_mib=mem)

@@ -1,0 +1,153 @@
+"""Priority preemption under Kubernetes: which running pods may be stopped, stopping them, and the wait.
+
+What kube-scheduler's DefaultPreemption does for a pod, done for a gang:
+
+- **Victims** are the pods of rackscale's own running gangs, a gang's pods together (stopping one member stops
+  the gang's work; :func:`victim_job`). Pods of other schedulers are never victims: their scheduler would put
+  their replacements straight back on the freed GPUs (kube-scheduler honours the ``nominatedNodeName`` of its
+  own pods only), and which of them may go is its business. Nor are pods already being deleted, pods a
+  DaemonSet owns (recreated on the same node whatever any scheduler says) and static pods (their kubelet
+  recreates them). The core chooses among them: the fewest and cheapest of lower priority, rack by rack
+  (:class:`rackscale.scheduler.preemption.CheapestVictims`).
+- **Stopping** one (:class:`Evictor`): its ``DisruptionTarget`` condition (reason ``PreemptionByScheduler``,
+  what a Job's ``podFailurePolicy`` matches), then a DELETE with its UID as precondition and no grace period of
+  ours, so the pod gets its own ``terminationGracePeriodSeconds`` to save its work on SIGTERM; then a
+  ``Preempted`` event saying why, without the preemptor's name (it may be another tenant's). A DELETE, not an
+  Eviction: a PodDisruptionBudget does not hold back a preemption, as under kube-scheduler.
+- **The wait** (:class:`EvictionBook`): the victims hold their GPUs until they are gone, so nothing is bound
+  that cycle where they ran; each preemptor pod is nominated to its planned node (``status.nominatedNodeName``)
+  and told why it waits. While a victim deleted for it is still there, the gang preempts no one else (a second
+  cycle would otherwise stop more pods for the same room); once they are gone it is placed like any gang, first
+  in priority order, and may preempt again only if the room went to someone else meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client
+
+from rackscale.kube.api import KubeApiError, call_json
+from rackscale.kube.pods import POD_GROUP, is_terminated, pod_annotations, scheduler_name
+from rackscale.kube.report import Reporter
+from rackscale.kube.snapshot import Victim
+
+log = logging.getLogger("rackscale.kube")
+
+Obj = Mapping[str, Any]
+
+MIRROR = "kubernetes.io/config.mirror"  # the annotation of a static pod's mirror in the API
+
+
+def victim_job(pod: Obj, *, scheduler: str) -> str | None:
+    """The running job a bound pod is stopped with (its gang, or itself), or None when no preemption may
+    delete it (see the module's docstring)."""
+    if scheduler_name(pod) != scheduler:
+        return None
+    md = pod.get("metadata") or {}
+    if md.get("deletionTimestamp") or MIRROR in pod_annotations(pod):
+        return None
+    owners = md.get("ownerReferences")
+    if isinstance(owners, list) and any(isinstance(o, Mapping) and o.get("kind") == "DaemonSet" for o in owners):
+        return None
+    ns = str(md.get("namespace", "default"))
+    group = pod_annotations(pod).get(POD_GROUP)
+    return f"running-group:{ns}/{group}" if group else f"running-pod:{ns}/{md.get('name')}"
+
+
+def started_wall(pod: Obj) -> float | None:
+    """When the pod started (``status.startTime``, else its creation), in seconds of the API server's wall clock;
+    None when neither can be read."""
+    for raw in ((pod.get("status") or {}).get("startTime"), (pod.get("metadata") or {}).get("creationTimestamp")):
+        if isinstance(raw, str):
+            try:
+                return datetime.fromisoformat(raw).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+def _present(v: Victim, pods: Mapping[str, Obj]) -> bool:
+    p = pods.get(v.key)
+    return p is not None and str((p.get("metadata") or {}).get("uid") or "") == v.uid and not is_terminated(p)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Eviction:
+    """The pods deleted for one waiting gang, and when."""
+
+    victims: tuple[Victim, ...]
+    since: float
+
+
+class EvictionBook:
+    """Per waiting gang (job name), the victims deleted for it that may still hold their GPUs."""
+
+    def __init__(self) -> None:
+        self.by_preemptor: dict[str, Eviction] = {}
+
+    def record(self, job: str, victims: Iterable[Victim], *, now: float) -> None:
+        got = tuple(victims)
+        if got:
+            self.by_preemptor[job] = Eviction(victims=got, since=now)
+
+    def prune(self, *, pending: Collection[str], pods: Mapping[str, Obj]) -> None:
+        """Forget a gang that no longer waits (bound, deleted) and one whose victims are all gone."""
+        for job, ev in list(self.by_preemptor.items()):
+            if job not in pending or not any(_present(v, pods) for v in ev.victims):
+                del self.by_preemptor[job]
+
+    def waiting_for(self, job: str, pods: Mapping[str, Obj]) -> int:
+        """How many of the pods deleted for ``job`` are still there (0: it may preempt again)."""
+        ev = self.by_preemptor.get(job)
+        return 0 if ev is None else sum(1 for v in ev.victims if _present(v, pods))
+
+
+class Evictor:
+    """The API calls of a preemption: mark and delete a victim, nominate a preemptor's pods."""
+
+    def __init__(self, core: client.CoreV1Api, reporter: Reporter) -> None:
+        self.core, self.reporter = core, reporter
+
+    def evict(self, v: Victim, *, why: str) -> bool:
+        """Stop ``v``: its DisruptionTarget condition, then the DELETE. True when it is being deleted (or already
+        gone, or replaced: the name holds another pod); False when the API server refused (retried on a later
+        cycle, as the victim still holds its GPUs)."""
+        md = v.pod.get("metadata") or {}
+        name, ns = str(md.get("name")), str(md.get("namespace", "default"))
+        self.reporter.disruption(v.pod, f"{self.reporter.component}: preempting to accommodate a higher priority gang")
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": v.uid or None}}
+        try:
+            call_json(self.core.delete_namespaced_pod, name, ns, body=body)
+        except KubeApiError as e:
+            if e.status in (404, 409):
+                return True
+            log.warning("preempting %s (deleting it): %s", v.key, e)
+            return False
+        except OSError as e:
+            log.warning("preempting %s (deleting it): %s", v.key, e)
+            return False
+        self.reporter.preempted(v.pod, why)
+        return True
+
+    def nominate(self, pods: Iterable[tuple[Obj, str]], *, message: str) -> None:
+        """Each pending pod's planned node as its ``nominatedNodeName``, and why it waits."""
+        for pod, node in pods:
+            self.reporter.nominate(pod, node, message)
+
+
+def core_time(
+    wall_started: Callable[[Obj], float | None], *, wall_now: float, core_now: float
+) -> Callable[[Obj], float]:
+    """A pod's start on the core's clock (seconds since the scheduler started): its wall start mapped over, never
+    after ``core_now`` (a clock skew must not make a run younger than nothing); ``core_now`` when unknown."""
+
+    def started(pod: Obj) -> float:
+        w = wall_started(pod)
+        return core_now if w is None else core_now - max(0.0, wall_now - w)
+
+    return started

@@ -1,0 +1,189 @@
+"""Priority preemption under Kubernetes (docs/kubernetes.md, "Preemption"): a waiting gang of higher priority
+deletes the pods of lower-priority rackscale gangs, each with its grace period, waits for them to go (nominated,
+preempting no one else meanwhile), then is bound where they ran."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from tests.kube.conftest import FAST, add_racks, bound_to, events_for, pod, wait_for
+from tests.kube.fake_apiserver import FakeAPIServer
+from tests.kube.faults import Fault, pod_path
+
+from rackscale.cli.kube_metrics import kube_registry
+from rackscale.kube.preemption import victim_job
+from rackscale.kube.scheduler import KubeScheduler
+
+Start = Callable[..., KubeScheduler]
+Obj = dict[str, Any]
+
+
+def _with(p: Obj, **md: Any) -> Obj:
+    p["metadata"].update(md)
+    return p
+
+
+@pytest.mark.parametrize(
+    ("p", "job"),
+    [
+        pytest.param(pod("a", group="g", node_name="n"), "running-group:default/g", id="a-gang-member"),
+        pytest.param(pod("a", node_name="n", namespace="t"), "running-pod:t/a", id="a-lone-pod"),
+        pytest.param(pod("a", node_name="n", scheduler="default-scheduler"), None, id="another-schedulers"),
+        pytest.param(_with(pod("a", node_name="n"), deletionTimestamp="2026-01-01T00:00:00Z"), None, id="leaving"),
+        pytest.param(
+            _with(pod("a", node_name="n"), ownerReferences=[{"kind": "DaemonSet", "name": "d"}]), None, id="daemonset"
+        ),
+        pytest.param(
+            _with(pod("a", node_name="n"), annotations={"kubernetes.io/config.mirror": "x"}), None, id="static-pod"
+        ),
+    ],
+)
+def test_which_running_pods_may_be_victims(p: Obj, job: str | None) -> None:
+    assert victim_job(p, scheduler="rackscale") == job
+
+
+def _samples(s: KubeScheduler) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {(x.name, frozenset(x.labels.items())): x.value for f in kube_registry(s).collect() for x in f.samples}
+
+
+def _cycles(s: KubeScheduler, n: int) -> None:
+    at = s.stats.cycles
+    wait_for(lambda: s.stats.cycles >= at + n, what=f"{n} more cycles")
+
+
+def test_a_higher_priority_gang_preempts_the_cheapest_gang_waits_for_it_then_runs_there(
+    fake: FakeAPIServer, start_scheduler: Start
+) -> None:
+    """
+    rack clique-0: r0-n0 [low-0 ........] r0-n1 [low-1 ........]   gang "low", priority 10
+    rack clique-1: r1-n0 [mid-0 ........] r1-n1 [free  ........]   pod "mid", priority 20
+
+    gang "high" (2 x 8 GPUs, priority 1000) fits no rack: it preempts the cheaper of the two (low: lower priority),
+    both its pods at once, waits while they terminate (their grace period) and preempts no one else meanwhile,
+    then is bound on r0-n0 and r0-n1.
+    """
+    fake.graceful_deletes = True
+    add_racks(fake, racks=2, nodes=2)
+    for i in range(2):
+        fake.put("pods", pod(f"low-{i}", group="low", min_member=2, priority=10))
+    s = start_scheduler()
+    wait_for(lambda: len(fake.binds) == 2, what="low bound")
+    fake.put("pods", pod("mid-0", priority=20))
+    wait_for(lambda: len(fake.binds) == 3, what="mid bound")
+    assert bound_to(fake, "default/mid-0") in ("r1-n0", "r1-n1")  # low took one rack whole
+    low = {k: fake.get("pods", k) for k in ("default/low-0", "default/low-1")}
+    for i in range(2):
+        fake.put("pods", pod(f"high-{i}", group="high", min_member=2, priority=1000, namespace="tenant-b"))
+    wait_for(lambda: len(fake.deletes) == 2, what="the low gang's pods deleted")
+    assert sorted(fake.deletes) == sorted(low)
+    # Each DELETE names the pod's UID (a replacement of the same name is never deleted) and no grace of ours.
+    assert sorted(b["preconditions"]["uid"] for b in fake.delete_bodies) == sorted(
+        p["metadata"]["uid"] for p in low.values() if p is not None
+    )
+    assert all("gracePeriodSeconds" not in b for b in fake.delete_bodies)
+    for k in low:
+        victim = fake.get("pods", k)
+        assert victim is not None and victim["metadata"]["deletionTimestamp"]  # terminating: still on its node
+        (cond,) = [c for c in victim["status"].get("conditions", []) if c["type"] == "DisruptionTarget"]
+        assert cond["reason"] == "PreemptionByScheduler" and cond["status"] == "True"
+    told = wait_for(lambda: events_for(fake, "low-0", "Preempted"), what="the victim told")
+    assert isinstance(told, list)
+    msg = told[0]["message"]
+    assert "priority 1000 > 10" in msg and "high-" not in msg and "tenant-b" not in msg  # no other tenant's names
+    # The preemptor's pods are nominated to the nodes the victims hold, and told why they wait.
+    wait_for(
+        lambda: all(
+            (fake.get("pods", f"tenant-b/high-{i}") or {}).get("status", {}).get("nominatedNodeName") for i in range(2)
+        ),
+        what="the preemptor nominated",
+    )
+    nominated = {fake.get("pods", f"tenant-b/high-{i}")["status"]["nominatedNodeName"] for i in range(2)}  # type: ignore[index]
+    assert nominated == {"r0-n0", "r0-n1"}
+    assert any("preempting 2 pod(s)" in e["message"] for e in events_for(fake, "high-0", "FailedScheduling"))
+    # While the victims terminate: nothing bound on their nodes, and nobody else preempted for the same room.
+    _cycles(s, 4)
+    assert len(fake.binds) == 3 and len(fake.deletes) == 2 and bound_to(fake, "default/mid-0")
+    assert s.stats.preemptions == 1
+    # Their kubelets report the containers stopped: the high gang is bound where they ran.
+    for k in low:
+        fake.delete("pods", k)
+    wait_for(lambda: all(bound_to(fake, f"tenant-b/high-{i}") for i in range(2)), what="the high gang bound")
+    assert {bound_to(fake, f"tenant-b/high-{i}") for i in range(2)} == nominated
+    st = s.stats
+    assert (st.preemptions, st.victims, st.preempted_pods, st.preemption_errors) == (1, 1, 2, 0)
+    got = _samples(s)
+    assert got[("rackscale_preemption_victims_total", frozenset({("cause", "priority")}))] == 1
+    assert got[("rackscale_kube_preempted_pods_total", frozenset())] == 2
+
+
+@pytest.mark.parametrize(
+    ("setup", "high_priority", "edit"),
+    [
+        pytest.param("equal", 1000, None, id="equal-priority-is-no-victim"),
+        pytest.param("other-scheduler", 1000, None, id="another-schedulers-pod-is-no-victim"),
+        pytest.param("low", 1000, {"preemptionPolicy": "Never"}, id="preemption-policy-never"),
+    ],
+)
+def test_a_gang_that_may_preempt_no_one_waits(
+    fake: FakeAPIServer, start_scheduler: Start, setup: str, high_priority: int, edit: Obj | None
+) -> None:
+    """One rack of two nodes, full; the waiting gang needs both nodes and may stop nothing there."""
+    add_racks(fake, racks=1, nodes=2)
+    if setup == "other-scheduler":
+        for i in range(2):
+            fake.put("pods", pod(f"x-{i}", scheduler="default-scheduler", priority=0, node_name=f"r0-n{i}"))
+    else:
+        prio = 1000 if setup == "equal" else 10
+        for i in range(2):
+            fake.put("pods", pod(f"run-{i}", group="run", min_member=2, priority=prio))
+    s = start_scheduler()
+    if setup != "other-scheduler":
+        wait_for(lambda: len(fake.binds) == 2, what="the running gang bound")
+    for i in range(2):
+        p = pod(f"high-{i}", group="high", min_member=2, priority=high_priority)
+        p["spec"].update(edit or {})
+        fake.put("pods", p)
+    wait_for(lambda: events_for(fake, "high-0", "FailedScheduling"), what="the gang told why it waits")
+    _cycles(s, 3)
+    assert fake.deletes == [] and s.stats.preemptions == 0 and not bound_to(fake, "default/high-0")
+
+
+def test_a_victim_whose_delete_fails_is_deleted_on_a_later_cycle(fake: FakeAPIServer, start_scheduler: Start) -> None:
+    """A 500 on one victim's DELETE: counted, and the preemption is made again (its sibling is gone already)."""
+    add_racks(fake, racks=1, nodes=2)
+    for i in range(2):
+        fake.put("pods", pod(f"low-{i}", group="low", min_member=2, priority=10))
+    s = start_scheduler(dataclasses.replace(FAST, retry_interval_s=0.2))
+    wait_for(lambda: len(fake.binds) == 2, what="the low gang bound")
+    fake.inject(Fault(method="DELETE", path=pod_path("low-0"), status=500, message="etcdserver: timeout"))
+    for i in range(2):
+        fake.put("pods", pod(f"high-{i}", group="high", min_member=2, priority=1000))
+    wait_for(lambda: all(bound_to(fake, f"default/high-{i}") for i in range(2)), what="the high gang bound")
+    assert sorted(fake.deletes) == ["default/low-0", "default/low-1"]
+    assert s.stats.preemption_errors == 1 and s.stats.preempted_pods == 2 and s.stats.preemptions == 2
+
+
+def test_nothing_is_bound_on_the_victims_gpus_while_they_terminate(fake: FakeAPIServer, start_scheduler: Start) -> None:
+    """
+    r0-n0 [low-0 ........] priority 10, one node of 8 GPUs
+    waiting: high-0 (4 GPUs, priority 1000), then small-0 (4 GPUs, priority 500)
+
+    high preempts low; whatever the cycle placed on the GPUs low still holds waits until low is gone, then both
+    run there: at no moment does the node hold more than its 8 GPUs.
+    """
+    fake.graceful_deletes = True
+    add_racks(fake, racks=1, nodes=1)
+    fake.put("pods", pod("low-0", priority=10))
+    s = start_scheduler()
+    wait_for(lambda: bound_to(fake, "default/low-0"), what="low bound")
+    fake.put("pods", pod("high-0", gpus=4, priority=1000))
+    fake.put("pods", pod("small-0", gpus=4, priority=500))
+    wait_for(lambda: fake.deletes == ["default/low-0"], what="low preempted")
+    _cycles(s, 3)
+    assert [k for k, _ in fake.binds] == ["default/low-0"]
+    fake.delete("pods", "default/low-0")
+    wait_for(lambda: bound_to(fake, "default/high-0") and bound_to(fake, "default/small-0"), what="both bound")
+    assert s.stats.preemptions == 1
