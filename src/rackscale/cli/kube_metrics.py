@@ -39,6 +39,14 @@ METRIC_NAMES = (
     "rackscale_oldest_pending_job_age_seconds",
     "rackscale_leader",
     "rackscale_kube_pending_pods",
+    "rackscale_gpus",
+    "rackscale_rack_gpus",
+    "rackscale_rack_gpus_allocated",
+    "rackscale_gpu_utilization_ratio",
+    "rackscale_idle_rate_ratio",
+    "rackscale_gpu_available_seconds_total",
+    "rackscale_gpu_available_while_waiting_seconds_total",
+    "rackscale_gpu_idle_while_waiting_seconds_total",
     "rackscale_kube_cycles_total",
     "rackscale_kube_cycle_errors_total",
     "rackscale_kube_binds_total",
@@ -95,6 +103,7 @@ class KubeCollector(Collector):
         victims.add_metric([PreemptionCause.PRIORITY.value], st.victims)
         yield victims
         yield from self._pending()
+        yield from self._gpus()
         leading = GaugeMetricFamily(
             "rackscale_leader", "1 if this replica leads (schedules), 0 if a standby.", labels=["replica"]
         )
@@ -165,6 +174,58 @@ class KubeCollector(Collector):
         yield jobs
         yield pods
         yield oldest
+
+    def _gpus(self) -> Iterator[Family]:
+        """serve's GPU series, from the last snapshot the loop published (``KubeScheduler.use``); none from a
+        standby (its view is of the time it last led), nor before the first cycle."""
+        s = self.sched
+        use = s.use
+        if use is None or not s.is_leader:
+            return
+        gpus = GaugeMetricFamily("rackscale_gpus", "GPUs of the cluster by state, at the last cycle.", labels=["state"])
+        for state, n in (("allocated", use.allocated), ("free", use.free), ("failed", use.failed)):
+            gpus.add_metric([state], n)
+        gpus.add_metric(["cordoned"], use.cordoned)
+        yield gpus
+        cap = GaugeMetricFamily("rackscale_rack_gpus", "GPUs per rack (NVLink domain).", labels=["rack", "region"])
+        used = GaugeMetricFamily(
+            "rackscale_rack_gpus_allocated",
+            "GPUs that pods hold per rack, at the last cycle.",
+            labels=["rack", "region"],
+        )
+        for r in use.racks:
+            cap.add_metric([r.rack, r.region], r.gpus)
+            used.add_metric([r.rack, r.region], r.allocated)
+        yield cap
+        yield used
+        healthy = use.allocated + use.free
+        yield GaugeMetricFamily(
+            "rackscale_gpu_utilization_ratio",
+            "Allocated / in-service GPUs at the last cycle (requests, not measured activity: DCGM's is, when scraped).",
+            value=use.allocated / healthy if healthy else 0.0,
+        )
+        sec = use.seconds(s.elapsed())
+        yield GaugeMetricFamily(
+            "rackscale_idle_rate_ratio",
+            "GPU-seconds free while a gang waited / in-service GPU-seconds of those periods, in this replica's "
+            "term as leader.",
+            value=sec.idle_waiting / sec.available_waiting if sec.available_waiting else 0.0,
+        )
+        yield CounterMetricFamily(
+            "rackscale_gpu_available_seconds",
+            "In-service GPU-seconds in this replica's term as leader.",
+            value=sec.available,
+        )
+        yield CounterMetricFamily(
+            "rackscale_gpu_available_while_waiting_seconds",
+            "In-service GPU-seconds while a gang waited: the idle rate's denominator.",
+            value=sec.available_waiting,
+        )
+        yield CounterMetricFamily(
+            "rackscale_gpu_idle_while_waiting_seconds",
+            "GPU-seconds left free while a gang waited: the idle rate's numerator.",
+            value=sec.idle_waiting,
+        )
 
 
 def _le(bound: float) -> str:

@@ -5,7 +5,9 @@ turns these into Prometheus series lives with the command (``rackscale.cli.kube_
 - :class:`AttemptResult`: a gang's result in a cycle (``rackscale_schedule_attempts_total{result}``);
 - :class:`CycleTimes`: a histogram's state of the cycles' wall time;
 - :class:`Waiting`: the pending gangs per namespace as the last cycle saw them, replaced whole by the loop
-  thread and read by a scrape, so a scrape never sees a cycle half-counted.
+  thread and read by a scrape, so a scrape never sees a cycle half-counted;
+- :class:`GpuUse`: the cluster's GPUs (by state, per rack) as the last snapshot showed them, and the GPU-seconds
+  counted up to it (the idle rate's terms), also replaced whole; a scrape adds the time since at those rates.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import bisect
 import math
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 
 from rackscale.kube.pods import Gang
+from rackscale.model.state import ClusterState
+from rackscale.model.topology import MILLI_PER_GPU
 from rackscale.scheduler.cycles import CYCLE_SECONDS_BUCKETS
 
 # The service's buckets, +Inf last (a Prometheus histogram's): one histogram_quantile reads both.
@@ -107,4 +111,96 @@ def _created(pod: Mapping[str, object]) -> float | None:
         return None
 
 
-__all__ = ["CYCLE_BUCKETS", "AttemptResult", "CycleTimes", "Queued", "Waiting", "per_result", "waiting"]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RackUse:
+    rack: str
+    region: str
+    gpus: int
+    allocated: float  # a shared GPU counts its share
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSeconds:
+    """GPU-seconds since the scheduler started leading (serve's idle-rate terms, on the scheduler's clock)."""
+
+    available: float = 0.0  # healthy GPUs x time
+    available_waiting: float = 0.0  # ... while a gang waited: the idle rate's denominator
+    idle_waiting: float = 0.0  # free GPUs x time while a gang waited: its numerator
+
+    def after(self, use: GpuUse, seconds: float) -> GpuSeconds:
+        """These counts ``seconds`` later, the GPUs being as ``use`` says all along."""
+        dt = max(seconds, 0.0)
+        healthy = use.allocated + use.free
+        if not use.waiting:
+            return replace(self, available=self.available + healthy * dt)
+        return GpuSeconds(
+            available=self.available + healthy * dt,
+            available_waiting=self.available_waiting + healthy * dt,
+            idle_waiting=self.idle_waiting + use.free * dt,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuUse:
+    """The GPUs as a snapshot of the caches showed them at ``at`` (the scheduler's clock), and the counts then,
+    by state as ``rackscale serve`` counts them: ``allocated`` what pods hold, ``failed`` the GPUs of nodes not
+    Ready or tainted and those not allocatable, ``cordoned`` the free GPUs of cordoned nodes
+    (``spec.unschedulable``), ``free`` the rest."""
+
+    at: float
+    allocated: float
+    free: float
+    cordoned: float
+    failed: float
+    waiting: bool  # a gang of rackscale's waited
+    racks: tuple[RackUse, ...]
+    counted: GpuSeconds = field(default_factory=GpuSeconds)  # up to ``at``
+
+    def seconds(self, now: float) -> GpuSeconds:
+        """The GPU-seconds at ``now``: those up to ``at``, plus the time since at this use's rates."""
+        return self.counted.after(self, now - self.at)
+
+
+def gpu_use(state: ClusterState, *, at: float, waiting: bool, before: GpuUse | None) -> GpuUse:
+    """The use ``state`` shows at ``at``, carrying ``before``'s counts on to it (None: the first)."""
+    c = state.cluster
+    gpu_free = state.gpu_free
+    racks = tuple(
+        RackUse(
+            rack=r.name,
+            region=c.regions[r.region].name,
+            gpus=r.gpus,
+            allocated=r.gpus - sum(sum(gpu_free[n]) for n in r.nodes) / MILLI_PER_GPU,
+        )
+        for r in c.racks
+    )
+    allocated = state.used_milli / MILLI_PER_GPU
+    failed = float(state.failed_gpus_count)
+    cordoned = float(state.cordoned_idle_count)
+    free = max(c.total_gpus - failed - allocated - cordoned, 0.0)
+    counted = GpuSeconds() if before is None else before.seconds(at)
+    return GpuUse(
+        at=at,
+        allocated=allocated,
+        free=free,
+        cordoned=cordoned,
+        failed=failed,
+        waiting=waiting,
+        racks=racks,
+        counted=counted,
+    )
+
+
+__all__ = [
+    "CYCLE_BUCKETS",
+    "AttemptResult",
+    "CycleTimes",
+    "GpuSeconds",
+    "GpuUse",
+    "Queued",
+    "RackUse",
+    "Waiting",
+    "gpu_use",
+    "per_result",
+    "waiting",
+]

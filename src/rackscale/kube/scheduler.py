@@ -32,7 +32,7 @@ from rackscale.kube.config import KubeSchedulerConfig, Stats
 from rackscale.kube.leader import LeaderElector
 from rackscale.kube.ledger import Ledger
 from rackscale.kube.mechanisms import WHY_OFF, kube_profile, refusal
-from rackscale.kube.observed import AttemptResult, Waiting, waiting
+from rackscale.kube.observed import AttemptResult, GpuUse, Waiting, gpu_use, waiting
 from rackscale.kube.planning import Plan, plan
 from rackscale.kube.pods import Gang, gangs, node_name, pod_key
 from rackscale.kube.preemption import EvictionBook, Evictor, core_time, started_wall, victim_job
@@ -50,6 +50,10 @@ from rackscale.scheduler.decisions import Decisions, Preemption
 __all__ = ["KubeScheduler", "KubeSchedulerConfig", "Stats", "cluster_index"]
 
 log = logging.getLogger("rackscale.kube")
+
+# With no gang waiting, a cycle (run on a change of the caches) rebuilds the allocation for the GPU series at
+# most this often: a cluster whose pods change many times a second need not pay a snapshot for each.
+USE_EVERY_S = 1.0
 
 Obj = dict[str, Any]
 
@@ -110,6 +114,9 @@ class KubeScheduler:
         # The last cycle's pending gangs, for a metrics scrape: replaced whole (never changed) by the loop
         # thread, so a scrape from another thread reads one cycle's view, without a lock on the caches.
         self.waiting = Waiting()
+        # The GPUs as the last snapshot showed them (and the idle rate's GPU-seconds): replaced whole, as
+        # ``waiting``; None until the first cycle as leader.
+        self.use: GpuUse | None = None
         self.ledger = Ledger(
             binder=self.binder,
             reporter=self.reporter,
@@ -153,6 +160,10 @@ class KubeScheduler:
         if release and self.elector is not None:
             self.elector.release()
 
+    def elapsed(self) -> float:
+        """Seconds on the scheduler's clock since it started (the clock of ``use``)."""
+        return self.clock() - self._t0
+
     @property
     def is_leader(self) -> bool:
         return self.elector.is_leader if self.elector is not None else True
@@ -166,6 +177,7 @@ class KubeScheduler:
                 was = self.elector.is_leader
                 if self.elector.tick() and not was:
                     self._dirty = True  # a new leader looks at everything
+                    self.use = None  # ... and counts GPU-seconds from now (a counter reset, as after a restart)
                     if self.scaler is not None:
                         self.scaler.reset()  # ... and applies the steps in force
                 next_renew = now + self.config.renew_interval_s
@@ -297,6 +309,13 @@ class KubeScheduler:
         pending = gangs(visible, self.config.scheduler_name)
         if not pending:
             self.waiting = Waiting()
+            # At once after cycles with gangs waiting (the idle rate must stop counting their wait), else at most
+            # every USE_EVERY_S.
+            last = self.use
+            if last is None or last.waiting or now - self._t0 - last.at >= USE_EVERY_S:
+                cluster = self.cluster_model()
+                if cluster is not None:
+                    self._publish_use(self.build_state(cluster), now, waiting=False)
             return 0  # not timed: an idle cycle's microseconds would drown the histogram of real ones
         bound: set[str] = set()  # the gangs this cycle bound: no longer waiting
         try:
@@ -306,6 +325,9 @@ class KubeScheduler:
             self.stats.cycle_seconds.observe(time.perf_counter() - began)
             # Published after the cycle's attempts are counted: a scrape sees both of the same cycle.
             self.waiting = waiting(g for g in pending if g.job not in bound)
+
+    def _publish_use(self, state: ClusterState, now: float, *, waiting: bool) -> None:
+        self.use = gpu_use(state, at=now - self._t0, waiting=waiting, before=self.use)
 
     def _attempt(self, result: AttemptResult, n: int = 1) -> None:
         self.stats.attempts[result] += n
@@ -318,6 +340,7 @@ class KubeScheduler:
             self._attempt(AttemptResult.UNSCHEDULABLE, len(pending))
             return 0
         snap = self.snapshot(cluster)
+        self._publish_use(snap.state, now, waiting=True)
         live = {g.job for g in pending}
         self.evictions.prune(pending=live, pods=self.pods)
         for job in list(self._first_seen):

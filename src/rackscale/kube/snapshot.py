@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rackscale.host.parts import NodeState
 from rackscale.kube.cluster import LabelKeys
 from rackscale.kube.health import node_health
 from rackscale.kube.pods import PodRequest, is_terminated, pod_request, priority
@@ -158,7 +159,9 @@ def build_snapshot(
         for g in h.failed_gpus:
             if g < cluster.nodes[at_index].gpus:
                 state.fail_gpu(at_index, g)
-        if h.state.failed:
+        if h.state is NodeState.DRAIN:
+            state.cordon_node(at_index)  # an operator's hold: its GPUs are out of service, not failed
+        elif h.state.failed:
             state.fail_node(at_index)
     return Snapshot(state=state, holders=holders)
 
