@@ -186,15 +186,24 @@ class GangBinder:
 
     def delete(self, a: Assignment) -> bool:
         """Delete the pod we bound. True when it is gone: deleted now, already gone, or replaced."""
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": a.uid or None}}
-        try:
-            call_json(self.core.delete_namespaced_pod, a.name, a.namespace, body=body)
-        except KubeApiError as e:
-            if e.status in (404, 409):  # gone already; or 409: the name now holds another pod, ours is gone
-                return True
-            log.warning("undoing the bind of %s (deleting it): %s", a.key, e)
-            return False
-        except OSError as e:
-            log.warning("undoing the bind of %s (deleting it): %s", a.key, e)
-            return False
-        return True
+        return delete_pod(
+            self.core, name=a.name, namespace=a.namespace, uid=a.uid, key=a.key, doing="undoing the bind of"
+        )
+
+
+def delete_pod(core: client.CoreV1Api, *, name: str, namespace: str, uid: str, key: str, doing: str) -> bool:
+    """DELETE the pod ``uid`` (a precondition: a pod recreated under the name is never touched), with its own
+    grace period. True when it is going: deleted now, already gone (404), or replaced (409: the name holds
+    another pod). False, with a warning naming ``doing``, when the API server refused or did not answer."""
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid or None}}
+    try:
+        call_json(core.delete_namespaced_pod, name, namespace, body=body)
+    except KubeApiError as e:
+        if e.status in (404, 409):
+            return True
+        log.warning("%s %s (deleting it): %s", doing, key, e)
+        return False
+    except OSError as e:
+        log.warning("%s %s (deleting it): %s", doing, key, e)
+        return False
+    return True

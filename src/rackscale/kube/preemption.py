@@ -31,7 +31,7 @@ from typing import Any
 
 from kubernetes import client
 
-from rackscale.kube.api import KubeApiError, call_json
+from rackscale.kube.binding import delete_pod
 from rackscale.kube.pods import POD_GROUP, is_terminated, pod_annotations, scheduler_name
 from rackscale.kube.report import Reporter
 from rackscale.kube.snapshot import Victim
@@ -120,16 +120,7 @@ class Evictor:
         md = v.pod.get("metadata") or {}
         name, ns = str(md.get("name")), str(md.get("namespace", "default"))
         self.reporter.disruption(v.pod, f"{self.reporter.component}: preempting to accommodate a higher priority gang")
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": v.uid or None}}
-        try:
-            call_json(self.core.delete_namespaced_pod, name, ns, body=body)
-        except KubeApiError as e:
-            if e.status in (404, 409):
-                return True
-            log.warning("preempting %s (deleting it): %s", v.key, e)
-            return False
-        except OSError as e:
-            log.warning("preempting %s (deleting it): %s", v.key, e)
+        if not delete_pod(self.core, name=name, namespace=ns, uid=v.uid, key=v.key, doing="preempting"):
             return False
         self.reporter.preempted(v.pod, why)
         return True
