@@ -14,8 +14,9 @@ from tests.kube.fake_apiserver import FakeAPIServer
 from tests.kube.faults import Fault, pod_path
 
 from rackscale.cli.kube_metrics import kube_registry
-from rackscale.kube.preemption import victim_job
+from rackscale.kube.preemption import HOLD_MARGIN_S, EvictionBook, grace_s, victim_job
 from rackscale.kube.scheduler import KubeScheduler
+from rackscale.kube.snapshot import Victim
 
 Start = Callable[..., KubeScheduler]
 Obj = dict[str, Any]
@@ -43,6 +44,41 @@ def _with(p: Obj, **md: Any) -> Obj:
 )
 def test_which_running_pods_may_be_victims(p: Obj, job: str | None) -> None:
     assert victim_job(p, scheduler="rackscale") == job
+
+
+@pytest.mark.parametrize(
+    ("grace", "want"),
+    [(None, 30.0), (0, 0.0), (600, 600.0), (-1, 30.0), ("60", 30.0), (True, 30.0)],
+    ids=["default", "zero", "long", "negative", "a-string", "a-bool"],
+)
+def test_the_grace_period_read_from_a_victim(grace: object, want: float) -> None:
+    p = pod("v", node_name="n")
+    if grace is not None:
+        p["spec"]["terminationGracePeriodSeconds"] = grace
+    assert grace_s(p) == want
+
+
+def test_a_preemptor_is_held_while_its_victims_terminate_and_no_longer() -> None:
+    """Held while a victim it deleted is there, up to the longest grace period and the margin; never once the
+    victims are gone, replaced by a pod of the same name (another UID), or terminated."""
+    v = pod("v", node_name="n")
+    v["metadata"]["uid"] = "u1"
+    v["spec"]["terminationGracePeriodSeconds"] = 60
+    book = EvictionBook()
+    book.record("group:default/high", [Victim(key="default/v", uid="u1", node="n", pod=v)], now=100.0)
+    pods = {"default/v": v}
+    until = 100.0 + 60 + HOLD_MARGIN_S
+    assert book.held(pods, now=until - 1) == {
+        "group:default/high": "waiting for 1 preempted pod(s) of lower priority to terminate"
+    }
+    assert book.held(pods, now=until) == {}  # placed elsewhere if it can: it still preempts no one
+    assert book.waiting_for("group:default/high", pods) == 1
+    replaced = {"default/v": {**v, "metadata": {**v["metadata"], "uid": "u2"}}}
+    done = {"default/v": {**v, "status": {"phase": "Failed"}}}
+    for gone in ({}, replaced, done):
+        assert book.held(gone, now=101.0) == {} and book.waiting_for("group:default/high", gone) == 0
+    book.prune(pending={"group:default/high"}, pods={})
+    assert book.by_preemptor == {}
 
 
 def _samples(s: KubeScheduler) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -107,9 +143,15 @@ def test_a_higher_priority_gang_preempts_the_cheapest_gang_waits_for_it_then_run
     _cycles(s, 4)
     assert len(fake.binds) == 3 and len(fake.deletes) == 2 and bound_to(fake, "default/mid-0")
     assert s.stats.preemptions == 1
-    # Their kubelets report the containers stopped: the high gang is bound where they ran.
-    for k in low:
-        fake.delete("pods", k)
+    # One victim gone: the gang still waits for the other (r0-n0 and r1-n1 would fit it, over two racks).
+    fake.delete("pods", "default/low-0")
+    _cycles(s, 3)
+    assert not bound_to(fake, "tenant-b/high-0") and not bound_to(fake, "tenant-b/high-1")
+    assert s.evictions.held(dict(s.pods), now=s.clock()) == {
+        "group:tenant-b/high": "waiting for 1 preempted pod(s) of lower priority to terminate"
+    }
+    # The other one's kubelet reports its containers stopped: the high gang is bound where they ran.
+    fake.delete("pods", "default/low-1")
     wait_for(lambda: all(bound_to(fake, f"tenant-b/high-{i}") for i in range(2)), what="the high gang bound")
     assert {bound_to(fake, f"tenant-b/high-{i}") for i in range(2)} == nominated
     st = s.stats

@@ -16,9 +16,10 @@ What kube-scheduler's DefaultPreemption does for a pod, done for a gang:
   Eviction: a PodDisruptionBudget does not hold back a preemption, as under kube-scheduler.
 - **The wait** (:class:`EvictionBook`): the victims hold their GPUs until they are gone, so nothing is bound
   that cycle where they ran; each preemptor pod is nominated to its planned node (``status.nominatedNodeName``)
-  and told why it waits. While a victim deleted for it is still there, the gang preempts no one else (a second
-  cycle would otherwise stop more pods for the same room); once they are gone it is placed like any gang, first
-  in priority order, and may preempt again only if the room went to someone else meanwhile.
+  and told why it waits. While a victim deleted for it is still there, the gang is placed nowhere else (for at
+  most the victims' grace period and :data:`HOLD_MARGIN_S`) and preempts no one else (a second cycle would
+  otherwise stop more pods for the same room); once they are gone it is placed like any gang, first in
+  priority order, and may preempt again only if the room went to someone else meanwhile.
 """
 
 from __future__ import annotations
@@ -76,12 +77,25 @@ def _present(v: Victim, pods: Mapping[str, Obj]) -> bool:
     return p is not None and str((p.get("metadata") or {}).get("uid") or "") == v.uid and not is_terminated(p)
 
 
+# How long past its victims' longest grace period a preemptor waits for them before it may be placed elsewhere
+# (a kubelet's last SIGKILL and the watch's report take a moment; a finaliser may hold a pod for ever).
+HOLD_MARGIN_S = 30.0
+DEFAULT_GRACE_S = 30  # a pod's terminationGracePeriodSeconds when it gives none (the API server's default)
+
+
+def grace_s(pod: Obj) -> float:
+    """The pod's ``terminationGracePeriodSeconds`` (a wrong type or a negative value: the default)."""
+    g = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
+    return float(g) if isinstance(g, int) and not isinstance(g, bool) and g >= 0 else float(DEFAULT_GRACE_S)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Eviction:
-    """The pods deleted for one waiting gang, and when."""
+    """The pods deleted for one waiting gang, and until when it waits for them, placed nowhere else."""
 
     victims: tuple[Victim, ...]
     since: float
+    hold_until: float
 
 
 class EvictionBook:
@@ -93,13 +107,25 @@ class EvictionBook:
     def record(self, job: str, victims: Iterable[Victim], *, now: float) -> None:
         got = tuple(victims)
         if got:
-            self.by_preemptor[job] = Eviction(victims=got, since=now)
+            until = now + max(grace_s(v.pod) for v in got) + HOLD_MARGIN_S
+            self.by_preemptor[job] = Eviction(victims=got, since=now, hold_until=until)
 
     def prune(self, *, pending: Collection[str], pods: Mapping[str, Obj]) -> None:
         """Forget a gang that no longer waits (bound, deleted) and one whose victims are all gone."""
         for job, ev in list(self.by_preemptor.items()):
             if job not in pending or not any(_present(v, pods) for v in ev.victims):
                 del self.by_preemptor[job]
+
+    def held(self, pods: Mapping[str, Obj], *, now: float) -> dict[str, str]:
+        """The gangs that wait for their victims, placed nowhere else meanwhile (a gang placed on the first
+        GPUs to free would be split over racks, where waiting a grace period gets it the room it preempted
+        for), with why; past ``hold_until`` a gang may be placed elsewhere, but still preempts no one."""
+        out = {}
+        for job, ev in self.by_preemptor.items():
+            n = sum(1 for v in ev.victims if _present(v, pods))
+            if n and now < ev.hold_until:
+                out[job] = f"waiting for {n} preempted pod(s) of lower priority to terminate"
+        return out
 
     def waiting_for(self, job: str, pods: Mapping[str, Obj]) -> int:
         """How many of the pods deleted for ``job`` are still there (0: it may preempt again)."""

@@ -352,7 +352,7 @@ class KubeScheduler:
             gpu_resource=self.config.labels.gpu_resource,
             max_node_gpus=max(n.gpus for n in cluster.nodes),
             submitted=submitted,
-            held=self.undo.held(),
+            held=self.undo.held() | self.evictions.held(self.pods, now=now),
         )
         for g, why in p.rejected:
             self.reporter.unschedulable(g.pending, why)
