@@ -217,3 +217,22 @@ def test_leader_election_one_binds_then_failover(fake: FakeAPIServer, start_sche
     lease = fake.get("leases", "kube-system/rackscale")
     assert lease is not None and lease["spec"]["holderIdentity"] == "b" and lease["spec"]["leaseTransitions"] == 1
     assert fake.bind_conflicts == 0
+
+
+def test_fair_share_between_namespaces_counts_what_each_already_holds(
+    fake: FakeAPIServer, start_scheduler: Start
+) -> None:
+    """
+    r0-n0 [a/run-0: 8 GPUs]  r0-n1 [a/run-1: 8 GPUs]  r0-n2 [........]   (one rack of three nodes)
+
+    Namespace a holds 16 GPUs, b none. Two pods of equal priority wait for the last node, a's seen first: b's
+    goes there (the lower dominant share), whoever bound a's running pods.
+    """
+    add_racks(fake, racks=1, nodes=3)
+    for i in range(2):
+        fake.put("pods", pod(f"run-{i}", scheduler="default-scheduler", node_name=f"r0-n{i}", namespace="a"))
+    fake.put("pods", pod("wait", namespace="a"))
+    fake.put("pods", pod("wait", namespace="b"))
+    start_scheduler()
+    wait_for(lambda: fake.binds, what="one of the two bound")
+    assert fake.binds == [("b/wait", "r0-n2")]

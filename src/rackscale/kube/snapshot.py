@@ -92,7 +92,7 @@ def build_snapshot(
     started: Callable[[Obj], float] = lambda pod: 0.0,
 ) -> Snapshot:
     """Every live pod that holds a node (``where`` says which: its nodeName, or one we bound or are undoing
-    that the watch has not shown yet) holds its requests there. A node that takes no new pods
+    that the watch has not shown yet) holds its requests there, in its namespace's queue. A node that takes no new pods
     (:func:`rackscale.kube.health.node_health`: not Ready, cordoned, tainted) is failed, and so are the
     GPUs its capacity counts above its allocatable.
 
@@ -135,12 +135,14 @@ def build_snapshot(
             continue
         alloc = _alloc(state, n, req.gpus, req.cpu_milli, req.memory_mib)
         if alloc is not None:
+            # In its namespace's queue, whoever scheduled it: fair share between namespaces reads what each holds.
             spec = batch(
                 f"bound:{key}",
                 gpus=alloc.whole_gpus,
                 cpu_milli=alloc.cpu_milli,
                 memory_mib=alloc.memory_mib,
                 preemptible=False,
+                queue=str((pod.get("metadata") or {}).get("namespace", "default")),
             )
             state.allocate(spec, Placement(spec.name, (alloc,), 1), now=0.0, health=False)
     holders: dict[str, tuple[Victim, ...]] = {}
