@@ -229,3 +229,42 @@ def test_nothing_is_bound_on_the_victims_gpus_while_they_terminate(fake: FakeAPI
     fake.delete("pods", "default/low-0")
     wait_for(lambda: bound_to(fake, "default/high-0") and bound_to(fake, "default/small-0"), what="both bound")
     assert s.stats.preemptions == 1
+
+
+def test_a_new_leader_reads_a_preemption_in_flight_back_and_preempts_no_more(
+    fake: FakeAPIServer, start_scheduler: Start
+) -> None:
+    """The leader preempts the low gang and stops while its pods terminate. The next leader knows nothing of
+    it but what the API shows (the victims' DisruptionTarget, the preemptor's nominated nodes): it must not
+    preempt the mid pod for the same room, and binds the high gang once the victims are gone.
+
+    rack clique-0: r0-n0 [low-0] r0-n1 [low-1]   (priority 10, terminating)
+    rack clique-1: r1-n0 [mid-0] r1-n1 [free]    (priority 20)
+    """
+    fake.graceful_deletes = True
+    add_racks(fake, racks=2, nodes=2)
+    for i in range(2):
+        fake.put("pods", pod(f"low-{i}", group="low", min_member=2, priority=10))
+    first = start_scheduler()
+    wait_for(lambda: len(fake.binds) == 2, what="low bound")
+    fake.put("pods", pod("mid-0", priority=20))
+    wait_for(lambda: len(fake.binds) == 3, what="mid bound")
+    for i in range(2):
+        fake.put("pods", pod(f"high-{i}", group="high", min_member=2, priority=1000))
+    wait_for(lambda: len(fake.deletes) == 2, what="low preempted")
+    wait_for(
+        lambda: all(
+            (fake.get("pods", f"default/high-{i}") or {}).get("status", {}).get("nominatedNodeName") for i in range(2)
+        ),
+        what="the preemptor nominated",
+    )
+    first.stop(release=True)
+    second = start_scheduler()
+    wait_for(lambda: second.evictions.by_preemptor, what="the preemption read back")
+    _cycles(second, 4)
+    assert len(fake.deletes) == 2 and bound_to(fake, "default/mid-0") and second.stats.preemptions == 0
+    assert not bound_to(fake, "default/high-0")
+    for i in range(2):
+        fake.delete("pods", f"default/low-{i}")
+    wait_for(lambda: all(bound_to(fake, f"default/high-{i}") for i in range(2)), what="the high gang bound")
+    assert {bound_to(fake, f"default/high-{i}") for i in range(2)} == {"r0-n0", "r0-n1"}

@@ -19,7 +19,8 @@ What kube-scheduler's DefaultPreemption does for a pod, done for a gang:
   and told why it waits. While a victim deleted for it is still there, the gang is placed nowhere else (for at
   most the victims' grace period and :data:`HOLD_MARGIN_S`) and preempts no one else (a second cycle would
   otherwise stop more pods for the same room); once they are gone it is placed like any gang, first in
-  priority order, and may preempt again only if the room went to someone else meanwhile.
+  priority order, and may preempt again only if the room went to someone else meanwhile. A new leader reads
+  a preemption in flight back from the pods (:meth:`EvictionBook.adopt`), as kube-scheduler does.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 from kubernetes import client
 
 from rackscale.kube.binding import delete_pod
-from rackscale.kube.pods import POD_GROUP, is_terminated, pod_annotations, scheduler_name
+from rackscale.kube.pods import POD_GROUP, Gang, is_terminated, node_name, pod_annotations, priority, scheduler_name
 from rackscale.kube.report import Reporter
 from rackscale.kube.snapshot import Victim
 
@@ -70,6 +71,25 @@ def started_wall(pod: Obj) -> float | None:
             except ValueError:
                 continue
     return None
+
+
+def nominated_node(pod: Obj) -> str | None:
+    n = (pod.get("status") or {}).get("nominatedNodeName")
+    return n if isinstance(n, str) and n else None
+
+
+def terminating_by_preemption(pod: Obj) -> bool:
+    """Being deleted, and marked as a preemption's victim (by rackscale or kube-scheduler)."""
+    if not (pod.get("metadata") or {}).get("deletionTimestamp") or is_terminated(pod):
+        return False
+    conds = (pod.get("status") or {}).get("conditions")
+    return isinstance(conds, list) and any(
+        isinstance(c, Mapping)
+        and c.get("type") == "DisruptionTarget"
+        and c.get("reason") == "PreemptionByScheduler"
+        and c.get("status") == "True"
+        for c in conds
+    )
 
 
 def _present(v: Victim, pods: Mapping[str, Obj]) -> bool:
@@ -109,6 +129,34 @@ class EvictionBook:
         if got:
             until = now + max(grace_s(v.pod) for v in got) + HOLD_MARGIN_S
             self.by_preemptor[job] = Eviction(victims=got, since=now, hold_until=until)
+
+    def adopt(self, pending: Iterable[Gang], pods: Mapping[str, Obj], *, now: float) -> list[str]:
+        """Record, for each waiting gang this book knows nothing of, the victims a preemption made for it before
+        (by another leader, or this one before a restart), as kube-scheduler reads them: pods of lower priority
+        terminating by preemption (``DisruptionTarget``, ``PreemptionByScheduler``) on the nodes its pods are
+        nominated to. Without this, a new leader's first cycle would preempt again for the same room. Returns
+        the gangs adopted."""
+        waiting = [g for g in pending if g.job not in self.by_preemptor]
+        nominated = {g.job: {n for p in g.pending if (n := nominated_node(p))} for g in waiting}
+        if not any(nominated.values()):
+            return []
+        by_node: dict[str, list[tuple[str, Obj]]] = {}
+        for key, p in pods.items():
+            node = node_name(p)
+            if node is not None and terminating_by_preemption(p):
+                by_node.setdefault(node, []).append((key, p))
+        adopted = []
+        for g in waiting:
+            victims = [
+                Victim(key=key, uid=str((p.get("metadata") or {}).get("uid") or ""), node=n, pod=p)
+                for n in sorted(nominated[g.job])
+                for key, p in by_node.get(n, ())
+                if priority(p) < g.priority
+            ]
+            if victims:
+                self.record(g.job, victims, now=now)
+                adopted.append(g.job)
+        return adopted
 
     def prune(self, *, pending: Collection[str], pods: Mapping[str, Obj]) -> None:
         """Forget a gang that no longer waits (bound, deleted) and one whose victims are all gone."""

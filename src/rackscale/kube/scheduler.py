@@ -343,6 +343,8 @@ class KubeScheduler:
         self._publish_use(snap.state, now, waiting=True)
         live = {g.job for g in pending}
         self.evictions.prune(pending=live, pods=self.pods)
+        for job in self.evictions.adopt(pending, self.pods, now=now):
+            log.info("%s waits for the pods a preemption deleted for it before (read back from the API)", job)
         for job in list(self._first_seen):
             if job not in live:
                 del self._first_seen[job]
