@@ -450,11 +450,67 @@ def _raw(url: str, data: bytes, *, read_timeout: float = 10.0) -> bytes:
     return out
 
 
+# ----------------------------------------------------------------------------------------- reply headers
+# (method, path, token, headers, body, status): every kind of reply the API gives, from every layer that
+# writes one: the request guard (403, 404, 415, 421), the submission route (201, 413, 422), FastAPI's routing
+# and validation (404, 405, 422), a route (200, 401, 403, 404), /metrics, health and the OpenAPI document.
+HEADER_ROWS: list[tuple[str, str, str | None, tuple[tuple[str, str], ...], bytes | None, int]] = [
+    ("GET", "/v1/jobs", TEAM_A, (), None, 200),
+    ("GET", "/v1/jobs/victim-b", ADMIN, (), None, 200),
+    ("GET", "/v1/cluster", TEAM_B, (), None, 200),
+    ("GET", "/v1/ui/overview?rack=r000", TEAM_A, (), None, 200),
+    ("POST", "/v1/jobs", TEAM_A, (CT,), json.dumps(job("headers-a")).encode(), 201),
+    ("GET", "/metrics", SCRAPE, (), None, 200),
+    ("GET", "/healthz", None, (), None, 200),
+    ("GET", "/openapi.json", None, (), None, 200),
+    ("GET", "/v1/jobs", None, (), None, 401),
+    ("GET", "/v1/jobs", SCRAPE, (), None, 403),
+    ("GET", "/v1/jobs/victim-b", TEAM_A, (), None, 404),
+    ("GET", "/v1/nope", TEAM_A, (), None, 404),
+    ("PUT", "/v1/jobs", TEAM_A, (CT,), b"{}", 405),
+    ("GET", "/v1/jobs?limit=0", TEAM_A, (), None, 422),
+    ("POST", "/v1/jobs", TEAM_A, (CT,), b"[" * 1000 + b"]" * 1000, 422),
+    ("POST", "/v1/jobs", TEAM_A, (CT,), b'{"name": "' + b"a" * 70_000 + b'"}', 413),
+    ("POST", "/v1/jobs", TEAM_A, (("Content-Type", "text/plain"),), JSON_JOB, 415),
+    ("GET", "/v1/jobs", TEAM_A, (("Origin", "http://evil.example"),), None, 403),
+    ("GET", "/v1/jobs", TEAM_A, (("Host", "evil.example"),), None, 421),
+    ("DELETE", "/v1/jobs/%2F", TEAM_A, (), None, 404),
+]
+
+
+def test_every_api_reply_carries_nosniff_and_no_store_errors_included(cluster: Cluster) -> None:
+    """A JSON reply (an error quoting a hostile name too) is never sniffed as a document, framed or cached:
+    before, only the page and its assets said nosniff."""
+    with httpx.Client(base_url=cluster.live.url, timeout=10) as c:
+        for method, path, token, extra, body, status in HEADER_ROWS:
+            headers = dict(extra) | ({"Authorization": f"Bearer {token}"} if token else {})
+            r = c.request(method, path, headers=headers, content=body)
+            what = f"{method} {path} {dict(extra)}"
+            assert r.status_code == status, (what, r.text[:200])
+            assert r.headers.get("x-content-type-options") == "nosniff", what
+            assert r.headers.get("cache-control") == "no-store", what
+            assert r.headers.get("content-security-policy") == "default-src 'none'; frame-ancestors 'none'", what
+            assert r.headers.get("x-frame-options") == "DENY", what
+            assert r.headers.get("referrer-policy") == "no-referrer", what
+            assert len(r.headers.get_list("x-content-type-options")) == 1, what  # added once, never twice
+        # The page and its assets keep their own headers (the page's CSP lets its script run; assets may be
+        # cached); a missing asset's error says nosniff too.
+        page, asset, missing = c.get("/"), c.get("/static/app.js"), c.get("/static/nope.js")
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert page.headers["cache-control"] == "no-cache" and page.headers["x-content-type-options"] == "nosniff"
+    assert (
+        "no-store" not in asset.headers.get("cache-control", "")
+        and asset.headers["x-content-type-options"] == "nosniff"
+    )
+    assert missing.status_code == 404 and missing.headers["x-content-type-options"] == "nosniff"
+
+
 def test_request_headers_over_the_limit_get_431_and_the_connection_closes(cluster: Cluster) -> None:
     head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Junk: " + b"a" * (service_http.MAX_HEAD_BYTES + 1024)
     got = _raw(cluster.live.url, head)  # never finished: the server must not wait for the rest
     assert got.startswith(b"HTTP/1.1 431 "), got[:200]
     assert b"request headers over" in got
+    assert b"\r\nx-content-type-options: nosniff\r\n" in got.split(b"\r\n\r\n")[0]
     with cluster.client(ADMIN) as ops:  # the service answers everyone else as before
         assert ops.get("/v1/jobs/victim-b").json()["status"] == "running"
 

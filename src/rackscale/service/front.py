@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rackscale.service.context import HttpProblem
+from rackscale.service.reply_headers import with_reply_headers
 
 # (the Authorization header, the Content-Length header, the request's receive) -> the reply; raises
 # HttpProblem for an error reply.
@@ -104,11 +105,14 @@ class SubmitRoute:
 
 class ServiceApp(FastAPI):
     """The service's FastAPI app; ``front`` (set by :func:`~rackscale.service.api.create_app`) takes each
-    request first and passes it on to :meth:`framework`, FastAPI's own handling."""
+    request first and passes it on to :meth:`framework`, FastAPI's own handling. Every reply, whoever writes
+    it, gets :mod:`rackscale.service.reply_headers`' headers (``nosniff``, ``no-store`` on the API)."""
 
     front: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":  # every reply's headers at one place, whichever layer writes it
+            send = with_reply_headers(scope, send)
         front = self.front
         if front is None:
             await super().__call__(scope, receive, send)

@@ -90,6 +90,8 @@ if HttpToolsProtocol is not None:
             body = f'{{"detail":"request headers over {self.max_head_bytes} bytes"}}'.encode()
             self.transport.write(
                 b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+                # The app's replies get these from rackscale.service.reply_headers; this one never reaches it.
+                b"x-content-type-options: nosniff\r\ncache-control: no-store\r\n"
                 + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
                 + body
             )

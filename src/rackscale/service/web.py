@@ -95,7 +95,8 @@ def mount(app: FastAPI, ctx: ServiceContext) -> None:
 
         # In a worker thread: the runner's lock is held through a cycle and its commit (hundreds of ms with
         # 50,000 jobs waiting); waiting for it on the event loop would stall every other request meanwhile.
-        return JSONResponse(await asyncio.to_thread(read), headers=_NO_CACHE)
+        # (Cache-Control: no-store, as every API reply: rackscale.service.reply_headers.)
+        return JSONResponse(await asyncio.to_thread(read))
 
 
 OTHER_TENANT = "(another tenant)"  # not a valid job name: it cannot collide with one
