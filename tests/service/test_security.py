@@ -392,6 +392,24 @@ def test_a_cancel_racing_a_reuse_of_the_name_never_cancels_nor_shows_another_ten
     assert theirs is not None and (theirs.queue, theirs.status) == ("team-b", "pending")
 
 
+def test_whoami_names_the_token_and_nothing_of_anyone_elses(cluster: Cluster) -> None:
+    """The page names who it is signed in as, and who a link's token is before it switches (login CSRF)."""
+    seen = {}
+    for token in (TEAM_A, TEAM_B, ADMIN, SCRAPE):
+        with cluster.client(token) as c:
+            r = c.get("/v1/whoami")
+        assert r.status_code == 200, r.text
+        seen[token] = r.json()
+    assert seen[TEAM_A] == {"name": "team-a", "role": "tenant", "queues": ["team-a"], "auth": True}
+    assert seen[TEAM_B] == {"name": "team-b", "role": "tenant", "queues": ["team-b"], "auth": True}
+    assert seen[ADMIN] == {"name": "ops", "role": "admin", "queues": [], "auth": True}
+    assert seen[SCRAPE] == {"name": "prometheus", "role": "scrape", "queues": [], "auth": True}
+    with cluster.client(None) as anon:
+        assert anon.get("/v1/whoami").status_code == 401
+    with cluster.client("nope-0123456789abcdef") as wrong:
+        assert wrong.get("/v1/whoami").json()["detail"] == "unknown token"
+
+
 def test_metrics_are_read_with_a_scrape_or_admin_token(cluster: Cluster) -> None:
     for token in (SCRAPE, ADMIN):
         with cluster.client(token) as c:
@@ -459,6 +477,7 @@ HEADER_ROWS: list[tuple[str, str, str | None, tuple[tuple[str, str], ...], bytes
     ("GET", "/v1/jobs/victim-b", ADMIN, (), None, 200),
     ("GET", "/v1/cluster", TEAM_B, (), None, 200),
     ("GET", "/v1/ui/overview?rack=r000", TEAM_A, (), None, 200),
+    ("GET", "/v1/whoami", TEAM_A, (), None, 200),
     ("POST", "/v1/jobs", TEAM_A, (CT,), json.dumps(job("headers-a")).encode(), 201),
     ("GET", "/metrics", SCRAPE, (), None, 200),
     ("GET", "/healthz", None, (), None, 200),

@@ -47,6 +47,7 @@ SHOT_EMPTY = Path("/tmp/rackscale-web-empty.png")
 SHOT_FULL = Path("/tmp/rackscale-web-full.png")
 SHOT_REFUSED = Path("/tmp/rackscale-web-error-token.png")
 SHOT_UNREACHABLE = Path("/tmp/rackscale-web-error-unreachable.png")
+SHOT_SWITCH = Path("/tmp/rackscale-web-switch-token.png")
 # The browser runs in a zone that is not UTC, with a locale whose own time format is 12-hour ("2:05:09 PM"):
 # the page must still write every time 24-hour, with the zone named.
 ZONE = "America/New_York"
@@ -314,6 +315,80 @@ def test_with_auth_the_page_asks_for_a_token_and_then_works(tmp_path: Path, page
         # Forgetting it brings the prompt back.
         page.click("#signout")
         page.wait_for_selector("#login:not([hidden])")
+
+
+def test_a_links_token_never_replaces_the_tabs_without_a_yes(tmp_path: Path, page: Any) -> None:
+    """Login CSRF: a link /#token=ATTACKER signed the victim's tab in as the attacker, silently (the tab then shows
+    the attacker's jobs as the victim's own). Now the page asks, naming both identities, and
+    uses the link's token for nothing but that question until the user says yes; the header always says
+    who the page is signed in as."""
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(
+        "tokens:\n"
+        f"  - {{name: ops, role: admin, token: {ADMIN}}}\n"
+        f"  - {{name: team-a, role: tenant, queues: [team-a], token: {TEAM_A}}}\n"
+    )
+    cfg = ServiceConfig(
+        data_dir=tmp_path / "data", cluster=small_cluster(), speed=1000.0, interval_s=0.01, tokens_file=tokens
+    )
+    with serve_in_thread(cfg) as live:
+        submit(live.client(TEAM_A), name="mine", kind="training", gpus=4)
+        submit(live.client(ADMIN), name="theirs", kind="training", gpus=4)
+        sent: list[tuple[str, str]] = []  # (path, token) of every API request the page makes
+        page.on(
+            "request",
+            lambda r: (
+                sent.append((r.url.split("/", 3)[3], r.headers.get("authorization", ""))) if "/v1/" in r.url else None
+            ),
+        )
+        # The tab signs in as team-a (no token stored yet: the link's is taken), and says so.
+        page.goto(live.url + f"/#token={TEAM_A}")
+        page.wait_for_selector("#running tr[data-job=mine]")
+        assert "token" not in page.url
+        page.wait_for_selector("#whoami:text-matches('signed in as team-a')")
+        assert "tenant" in page.inner_text("#whoami")
+
+        # A link with another token, opened in the tab (a new page load): asked, not used.
+        page.goto("about:blank")
+        page.goto(live.url + f"/#token={ADMIN}")
+        page.wait_for_selector("#switch:not([hidden])")
+        assert "token" not in page.url  # dropped from the address bar all the same
+        page.wait_for_selector("#switch-go:not([disabled])")
+        assert "ops (admin)" in page.inner_text("#switch-new")
+        assert "team-a (tenant of team-a)" in page.inner_text("#switch-now")
+        assert page.is_enabled("#switch-go") and "ops" in page.inner_text("#switch-go")
+        page.screenshot(path=str(SHOT_SWITCH))
+        since = len(sent)
+        page.wait_for_selector("#running tr[data-job=mine]")
+        page.wait_for_timeout(3500)  # two polls: still team-a's
+        assert page.evaluate("sessionStorage.getItem('rackscale.token')") == TEAM_A
+        assert cells(page, "#running tr[data-job=theirs]") == 0
+        assert "team-a" in page.inner_text("#whoami")
+        used = {path.split("?")[0] for path, auth in sent if auth == f"Bearer {ADMIN}"}
+        assert used == {"v1/whoami"}, used  # the link's token asked who it is, and nothing else
+        assert any(auth == f"Bearer {TEAM_A}" for _, auth in sent[since:])  # the polls went on as team-a
+        page.click("#switch-keep")
+        page.wait_for_selector("#switch", state="hidden")
+        page.wait_for_timeout(1700)
+        assert page.evaluate("sessionStorage.getItem('rackscale.token')") == TEAM_A
+        assert {p.split("?")[0] for p, a in sent if a == f"Bearer {ADMIN}"} == {"v1/whoami"}
+
+        # A refused token in a link: said so, and nothing to switch to.
+        page.evaluate("location.hash = '#token=not-a-token-0123456789'")
+        page.wait_for_selector("#switch-new:text-matches('refused')")
+        assert page.is_hidden("#switch-go") and "token" not in page.url
+        page.keyboard.press("Escape")
+        page.wait_for_selector("#switch", state="hidden")
+
+        # The same link followed within the page (no reload: a hashchange), and this time the user says yes.
+        page.evaluate(f"location.hash = '#token={ADMIN}'")
+        page.wait_for_selector("#switch-go:not([disabled]):text-matches('ops')")
+        assert "token" not in page.url
+        page.click("#switch-go")
+        page.wait_for_selector("#switch", state="hidden")
+        page.wait_for_selector("#running tr[data-job=theirs]")
+        page.wait_for_selector("#whoami:text-matches('signed in as ops')")
+        assert page.evaluate("sessionStorage.getItem('rackscale.token')") == ADMIN
 
 
 # ---------------------------------------------------------------------- loading, empty, error

@@ -50,6 +50,7 @@ from rackscale.service.views import (
     QueueList,
     RackDetail,
     RackList,
+    WhoAmIOut,
     event_out,
     job_out,
     kpis_out,
@@ -393,6 +394,13 @@ def create_app(ctx: ServiceContext) -> FastAPI:
                 speed=ctx.runner.clock.speed,
                 auth=ctx.tokens is not None,
             )
+
+    @app.get("/v1/whoami", response_model=WhoAmIOut, summary="Who the token is: its name, role and queues")
+    async def whoami(authorization: Annotated[str | None, Header()] = None) -> WhoAmIOut:
+        # Any valid token may learn its own name, a scrape token too: the page shows it, and names the token
+        # of a link before it replaces the tab's (login CSRF: a link with another tenant's token).
+        who = authenticate(ctx, authorization, metrics=True)
+        return WhoAmIOut(name=who.name, role=who.role, queues=list(who.queues), auth=ctx.tokens is not None)
 
     @app.get("/v1/racks", response_model=RackList, summary="Every rack (NVLink domain) and what it holds")
     def list_racks(who: Who) -> RackList:

@@ -182,6 +182,15 @@ class ClusterOut(_Out):
     auth: bool
 
 
+class WhoAmIOut(_Out):
+    """Who a token is (``GET /v1/whoami``): the page names it, and asks before a link's token replaces it."""
+
+    name: str  # the token file's entry name ("admin" for the generated token, "anonymous" with auth off)
+    role: str  # admin, tenant or scrape
+    queues: list[str]  # a tenant's queues (the first takes jobs without a queue); empty for the others
+    auth: bool  # false: --no-auth, everyone is this anonymous admin
+
+
 class Problem(_Out):
     loc: list[str | int]
     msg: str

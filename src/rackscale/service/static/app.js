@@ -1,7 +1,7 @@
 // rackscale dashboard: plain JS, no build step, nothing fetched but this service's own /v1 API.
 // It polls every POLL_MS: /v1/cluster, /v1/kpis, /v1/ui/overview (every rack's utilisation, and the grids of
 // the racks on screen), /v1/jobs (pending, running, and the latest ended: see "history") and, while a job is
-// open, /v1/jobs/NAME(/events).
+// open, /v1/jobs/NAME(/events); /v1/whoami once per token (who the header says the page is signed in as).
 "use strict";
 (() => {
   const POLL_MS = 1500;
@@ -141,13 +141,26 @@
 
   // ------------------------------------------------------------------ the API
   // `rackscale serve` prints the page's URL as /#token=...: a fragment never reaches a server or a log.
-  // Take it, keep it for this tab only, and drop it from the address bar and the history.
-  const fromUrl = new URLSearchParams(location.hash.slice(1)).get("token");
-  if (fromUrl) {
-    sessionStorage.setItem(TOKEN_KEY, fromUrl);
-    history.replaceState(null, "", location.pathname + location.search);
-  }
+  // Take it, keep it for this tab only, and drop it from the address bar and the history. Anyone can make
+  // such a link, though: one with the attacker's token would sign the victim's tab in as the attacker, and the
+  // tab would show the attacker's queues and jobs as the victim's own (login CSRF). So a link's token never silently replaces the one this tab has: the page asks, naming both
+  // identities (offerToken), and the header always says who the page is signed in as (GET /v1/whoami).
   let token = sessionStorage.getItem(TOKEN_KEY) || "";
+  let offered = null; // a link's token waiting for the user's answer (never used for data until then)
+
+  function linkToken() { // the fragment's token ("" for an empty one; null: none), dropped from the address
+    const t = new URLSearchParams(location.hash.slice(1)).get("token");
+    if (t === null) return null;
+    history.replaceState(null, "", location.pathname + location.search);
+    return t.trim();
+  }
+  const fromLink = linkToken();
+  if (fromLink && !token) { // nothing to replace: taken (the header names who it is)
+    token = fromLink;
+    sessionStorage.setItem(TOKEN_KEY, token);
+  } else if (fromLink && fromLink !== token) {
+    offered = fromLink; // asked once the page is built (start, below)
+  }
 
   class AuthError extends Error {}
   class ApiError extends Error {
@@ -156,9 +169,9 @@
 
   class Unreachable extends Error {}
 
-  async function api(path) {
+  async function api(path, tok = token) {
     const headers = { Accept: "application/json" };
-    if (token) headers.Authorization = "Bearer " + token;
+    if (tok) headers.Authorization = "Bearer " + tok;
     let r;
     try {
       r = await fetch(path, { headers, cache: "no-store" });
@@ -191,6 +204,8 @@
     job: null, // its JobOut, or an Error
     events: null,
     login: false,
+    me: null, // GET /v1/whoami of meToken: who the page is signed in as
+    meToken: null,
     lastOk: null, // wall-clock time of the last answer
   };
 
@@ -294,12 +309,13 @@
 
   async function refresh() {
     if (S.login) return;
+    const asked = token; // a switch of token meanwhile (offerToken, the login) drops this answer
     try {
       const sel = S.selected;
       // one rack= per rack: a rack's name may hold a comma (detail= is comma-separated)
       const overviewUrl = () => "/v1/ui/overview?" + visibleRacks().map((r) => "rack=" + enc(r)).join("&");
       const asResult = (p) => p.catch((e) => { if (e instanceof AuthError) throw e; return e; });
-      const [cluster, kpis, ov, pend, run, tail, job, events] = await Promise.all([
+      const [cluster, kpis, ov, pend, run, tail, job, events, me] = await Promise.all([
         api("/v1/cluster"),
         api("/v1/kpis"),
         api(overviewUrl()),
@@ -308,7 +324,10 @@
         endedTail(),
         sel ? asResult(api(`/v1/jobs/${enc(sel)}`)) : null,
         sel ? asResult(api(`/v1/jobs/${enc(sel)}/events?limit=200`)) : null,
+        S.meToken === asked && S.me ? S.me : api("/v1/whoami"),
       ]);
+      if (asked !== token) return;
+      S.me = me; S.meToken = asked;
       const fresh = await justEnded(pend, run);
       S.cluster = cluster; S.kpis = kpis; S.pending = pend; S.running = run;
       S.ended = latestEnded(tail, fresh);
@@ -324,6 +343,7 @@
       setLive("live", "");
       render();
     } catch (e) {
+      if (asked !== token) return;
       if (e instanceof AuthError) {
         showLogin(token ? e.message : "");
         return;
@@ -376,6 +396,8 @@
   function showLogin(error) {
     S.login = true;
     forgetData();
+    S.me = null;
+    $("whoami").hidden = true;
     $("login").hidden = false;
     $("live").className = "live stale";
     $("live-text").textContent = error ? "token refused" : "token needed";
@@ -390,27 +412,80 @@
     ev.preventDefault();
     const t = $("token").value.trim();
     if (!t) { $("login-error").textContent = "paste a token first"; return; }
-    token = t;
     try {
-      await api("/v1/cluster");
+      await api("/v1/cluster", t);
     } catch (e) {
-      token = "";
       $("login-error").textContent = printable(e instanceof AuthError ? "the service refused this token: " + e.message : e.message);
       return;
     }
+    useToken(t);
+  });
+
+  function useToken(t) { // sign the page in with t: nothing of the last token's data stays
+    token = t;
     sessionStorage.setItem(TOKEN_KEY, t);
+    S.me = null;
+    $("whoami").hidden = true;
+    forgetData();
     S.login = false;
     $("login").hidden = true;
     $("signout").hidden = false;
     setState("loading", "Loading the cluster…", "Asking the service for racks, jobs and KPIs.");
     tick();
-  });
+  }
 
   $("signout").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
     token = "";
+    S.me = null;
+    $("whoami").hidden = true;
     $("signout").hidden = true;
     tick();
+  });
+
+  // Who a /v1/whoami answer is, in words: "team-a (tenant of team-a, team-a-batch)".
+  function identity(me) {
+    if (!me.auth) return "anonymous (the service runs without auth: anyone is an admin)";
+    if (me.role === "tenant") return `${me.name} (tenant of ${me.queues.join(", ")})`;
+    return `${me.name} (${me.role})`;
+  }
+
+  // A link brought a token other than this tab's: say who each is, and switch only on the user's yes.
+  async function offerToken(t) {
+    offered = t;
+    $("switch").hidden = false;
+    $("switch-go").disabled = true;
+    $("switch-go").hidden = false;
+    $("switch-go").textContent = "Switch";
+    $("switch-new").textContent = "Asking the service whose token the link carries…";
+    $("switch-now").textContent = "";
+    $("switch-keep").focus();
+    const ask = (tok) => (tok ? api("/v1/whoami", tok).catch((e) => e) : Promise.resolve(null));
+    const [theirs, mine] = await Promise.all([ask(t), ask(token)]);
+    if (offered !== t) return; // answered meanwhile, or another link came
+    if (theirs instanceof Error) {
+      $("switch-new").textContent = printable(`The service refused the link's token (${theirs.message}): it cannot be used.`);
+      $("switch-go").hidden = true;
+    } else {
+      $("switch-new").textContent = printable(`The link's token signs this page in as ${identity(theirs)}.`);
+      $("switch-go").textContent = printable(`Switch to ${theirs.name}`);
+      $("switch-go").disabled = false;
+    }
+    $("switch-now").textContent = printable(
+      mine instanceof Error ? `The service refuses this tab's token (${mine.message}).`
+        : mine ? `This tab is signed in as ${identity(mine)}.` : "This tab has no token.");
+  }
+
+  function keepToken() {
+    offered = null;
+    $("switch").hidden = true;
+  }
+
+  $("switch-keep").addEventListener("click", keepToken);
+  $("switch-go").addEventListener("click", () => {
+    const t = offered;
+    keepToken();
+    if (t) useToken(t);
   });
 
   // ------------------------------------------------------------------ rendering
@@ -429,6 +504,13 @@
       `clock ${stamp(c.now)}${c.speed !== 1 ? ` (×${c.speed})` : ""}`);
     $("cluster-info").title = "the service's clock" + (c.speed !== 1 ? `, running ${c.speed} times as fast as the wall clock` : "");
     $("signout").hidden = !token;
+    const me = S.me;
+    $("whoami").hidden = !me;
+    if (me) {
+      $("whoami").replaceChildren("signed in as ", h("b", { text: me.auth ? me.name : "anonymous" }),
+        me.auth ? ` · ${me.role}` : " · no auth");
+      $("whoami").title = printable("signed in as " + identity(me));
+    }
     document.title = printable(`rackscale · ${c.name}`);
   }
 
@@ -807,9 +889,18 @@
       if (S.selected) closeJob();
     }
   }
-  window.addEventListener("hashchange", route);
+  window.addEventListener("hashchange", () => {
+    const t = linkToken(); // a link with #token= followed in this tab: the page does not reload
+    if (t && t !== token) {
+      if (token) offerToken(t); else useToken(t);
+    }
+    route();
+  });
   $("d-close").addEventListener("click", closeJob);
-  document.addEventListener("keydown", (ev) => { if (ev.key === "Escape" && S.selected) closeJob(); });
+  document.addEventListener("keydown", (ev) => {
+    if (ev.key !== "Escape") return;
+    if (!$("switch").hidden) keepToken(); else if (S.selected) closeJob();
+  });
 
   function renderDetails() {
     const name = S.selected;
@@ -924,6 +1015,7 @@
   });
 
   // ------------------------------------------------------------------ start
+  if (offered) offerToken(offered);
   (async () => {
     await tick();
     if (S.pendingFocus) { const f = S.pendingFocus; S.pendingFocus = null; focusRack(f); }
