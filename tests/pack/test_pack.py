@@ -17,11 +17,12 @@ import yaml
 from typer.testing import CliRunner
 
 import rackscale.pack.trace as trace_module
+import rackscale.workloads.alibaba as alibaba_module
 from rackscale.cli.app import app as rackscale_app
 from rackscale.cli.pack import pack
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.spec_errors import SpecError
-from rackscale.model.specs import MAX_SYNTHETIC_JOBS
+from rackscale.model.specs import MAX_SYNTHETIC_JOBS, MAX_TRACE_GPUS
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster, NodeDecl
 from rackscale.model.workload import JobKind, JobSpec, Resources, TopologyConstraint
@@ -338,9 +339,10 @@ def _huge_nodes(tmp: Path, *, nodes: int, gpus: int, milli: int) -> list[str]:
 @pytest.mark.parametrize(
     ("nodes", "gpus", "milli", "says"),
     [
-        (1, 1 << 20, 1, "inflate to 1.36e+09 pod arrivals per run, more than 10,000,000: 1.3 x 1,048,576 GPUs"),
-        (64, 1 << 20, 1, "inflate to 8.72e+10 pod arrivals per run, more than 10,000,000: 1.3 x 67,108,864 GPUs"),
-        (8, 1 << 20, 999, "inflate to 1.09e+07 pod arrivals per run, more than 10,000,000: 1.3 x 8,388,608 GPUs"),
+        # (The node list's own bound, MAX_TRACE_GPUS = 131,072 GPUs, comes first: below.)
+        (1, 1 << 17, 1, "inflate to 1.7e+08 pod arrivals per run, more than 10,000,000: 1.3 x 131,072 GPUs"),
+        (32, 1 << 12, 1, "inflate to 1.7e+08 pod arrivals per run, more than 10,000,000: 1.3 x 131,072 GPUs"),
+        (1, 1 << 17, 16, "inflate to 1.06e+07 pod arrivals per run, more than 10,000,000: 1.3 x 131,072 GPUs"),
     ],
     ids=["one-huge-node-milli-pods", "many-huge-nodes", "just-past-the-bound"],
 )
@@ -353,7 +355,7 @@ def test_cli_trace_that_inflates_past_the_bound_is_refused_at_once(
     done = CliRunner().invoke(rackscale_app, argv)
     elapsed = time.perf_counter() - started
     assert done.exit_code == 2, done.output
-    # Sized from two sums: no draw, no process, no ClusterState (~1 GiB and ~4 s for 1M GPUs). It was hours.
+    # Sized from two sums: no draw, no process, no ClusterState (~115 MiB for 131,072 GPUs). It was hours.
     assert elapsed < 5.0, elapsed
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -361,14 +363,48 @@ def test_cli_trace_that_inflates_past_the_bound_is_refused_at_once(
     assert "fix: fewer or smaller nodes" in lines[0] and "pods that ask for more GPU" in lines[0], lines[0]
 
 
+@pytest.mark.parametrize(
+    ("nodes", "gpus", "line", "total"),
+    [(1, (1 << 17) + 1, 2, "131,073"), (3, 1 << 16, 4, "196,608"), (1, 1 << 20, 2, "1,048,576")],
+    ids=["one-node-just-past", "three-nodes-past", "one-node-of-1m"],
+)
+def test_cli_node_list_past_the_gpu_bound_is_refused_in_one_line(
+    tmp_path: Path, nodes: int, gpus: int, line: int, total: str
+) -> None:
+    """Each row's GPUs were bounded (MAX_UNITS), their total not: one row of 1,048,576 GPUs made a ClusterState
+    of ~1 GiB in every worker. Now the reader stops at the row that passes MAX_TRACE_GPUS, before any
+    cluster is built."""
+    argv = ["pack", *_huge_nodes(tmp_path, nodes=nodes, gpus=gpus, milli=1000), "--seeds", "1", "--workers", "1"]
+    started = time.perf_counter()
+    done = CliRunner().invoke(rackscale_app, argv)
+    assert time.perf_counter() - started < 5.0
+    assert done.exit_code == 2, done.output
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"nodes.csv:{line}: gpu: the nodes up to this row hold {total} GPUs, more than the 131,072" in lines[0]
+    assert "fix: give a part of the node list" in lines[0], lines[0]
+    assert MAX_TRACE_GPUS == 131_072
+
+
+def test_a_node_list_at_the_gpu_bound_is_read_and_past_the_node_bound_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = _huge_nodes(tmp_path, nodes=2, gpus=1 << 16, milli=1000)  # exactly MAX_TRACE_GPUS
+    assert Trace.read(nodes=argv[1], pods=argv[3]).capacity_gpus == MAX_TRACE_GPUS
+    monkeypatch.setattr(alibaba_module, "MAX_CLUSTER_NODES", 3)  # a cluster spec's node bound, lowered
+    argv = _huge_nodes(tmp_path, nodes=4, gpus=1, milli=1000)
+    with pytest.raises(SpecError, match=r"nodes\.csv:5: more than 3 nodes, the most a cluster may have"):
+        Trace.read(nodes=argv[1], pods=argv[3])
+
+
 def test_inflate_refuses_before_drawing(tmp_path: Path) -> None:
-    """No large allocation: the arrivals of one node of 1,048,576 GPUs and 1-milli pods would be ~10 GiB."""
-    argv = _huge_nodes(tmp_path, nodes=1, gpus=1 << 20, milli=1)
+    """No large allocation: the arrivals of one node of 131,072 GPUs and 1-milli pods would be ~1.3 GiB."""
+    argv = _huge_nodes(tmp_path, nodes=1, gpus=1 << 17, milli=1)
     trace = Trace.read(nodes=argv[1], pods=argv[3])  # (the reader's own bounded read is not measured here)
     tracemalloc.start()
     started = time.perf_counter()
     try:
-        with pytest.raises(InflationTooLarge, match=r"1\.36e\+09 pod arrivals per run, more than 10,000,000"):
+        with pytest.raises(InflationTooLarge, match=r"1\.7e\+08 pod arrivals per run, more than 10,000,000"):
             inflate(demand=trace.demand_milli, capacity_gpus=trace.capacity_gpus, ratio=1.3, seed=42)
         peak = tracemalloc.get_traced_memory()[1]
     finally:

@@ -53,6 +53,8 @@ __all__ = [
     "CLUSTER_KINDS",
     "GPU_MODELS",
     "MAX_CLUSTER_NODES",
+    "MAX_SYNTHETIC_JOBS",
+    "MAX_TRACE_GPUS",
     "SpecError",
     "SpecProblem",
     "cluster_from_dict",
@@ -67,6 +69,11 @@ MAX_NVL72_RACKS = MAX_CLUSTER_NODES // d.SEED_NODES_PER_RACK
 # The most jobs one run may be given (a synthetic mix after --arrival-scale, a trace's inflated arrivals):
 # 1e6 x 1e7 would never fit in memory.
 MAX_SYNTHETIC_JOBS = 10_000_000
+# The most GPUs of a cluster read from a trace's node list (`rackscale pack --nodes`), where each row may
+# hold up to MAX_UNITS GPUs: one row of 1,048,576 made a ClusterState of ~1 GiB (~0.9 KiB a GPU). 2**17 is
+# the largest cluster the project measures (100,008 GPUs: 1,389 NVL72 racks, docs/benchmarks.md) with 30 %
+# to spare, and 21 times the openb trace's 6,212; a ClusterState of it is ~115 MiB.
+MAX_TRACE_GPUS = 1 << 17
 
 # The `kind`s of cluster documents: the seed's resource and rackscale's own form.
 CLUSTER_KINDS = ("GpuCluster", "Cluster")

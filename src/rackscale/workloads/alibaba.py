@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from rackscale.model.spec_errors import SpecError, SpecProblem
+from rackscale.model.specs import MAX_CLUSTER_NODES, MAX_TRACE_GPUS
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster, NodeDecl
 from rackscale.model.workload import JobKind, JobSpec, Resources, TopologyConstraint
 from rackscale.workloads.generic import OnError, RowCheck, TraceLoad, TraceOptions, gpu_models, open_csv
@@ -146,12 +147,16 @@ def load_alibaba_nodes(
     path: str | os.PathLike[str], *, name: str = "alibaba-openb", region: str = "region-0"
 ) -> GPUCluster:
     """Read an openb node CSV as a cluster: one rack per node, one region. A cluster must be whole, so any
-    bad row raises :class:`SpecError` listing them all (there is no ``on_error="skip"`` here)."""
+    bad row raises :class:`SpecError` listing them all (there is no ``on_error="skip"`` here). A row may hold
+    up to ``MAX_UNITS`` GPUs, but the cluster at most :data:`~rackscale.model.specs.MAX_TRACE_GPUS` GPUs and
+    :data:`~rackscale.model.specs.MAX_CLUSTER_NODES` nodes (a cluster spec's bound): the rows are refused at
+    the one that passes either, before anything is built."""
     table = open_csv(path, what="openb node list", required=ALIBABA_NODE_COLUMNS)
     c = table.columns
     problems: list[SpecProblem] = []
     decls: list[NodeDecl] = []
     seen: dict[str, int] = {}
+    total_gpus = 0
     for line, row in table.rows(problems):
         check = RowCheck(line, problems)
         sn = check.text("sn", row[c["sn"]])
@@ -164,6 +169,19 @@ def load_alibaba_nodes(
         if not check.ok or sn is None or cpu is None or mem is None or gpus is None:
             continue
         seen[sn] = line
+        total_gpus += gpus
+        if total_gpus > MAX_TRACE_GPUS:
+            why = (
+                f"the nodes up to this row hold {total_gpus:,} GPUs, more than the {MAX_TRACE_GPUS:,} a trace's "
+                "cluster may have"
+            )
+            fix = "give a part of the node list: fewer nodes, or fewer GPUs a node"
+            problems.append(SpecProblem(("gpu",), why, fix, line))
+            break  # the rest is not read: it would only add to what is refused
+        if len(decls) >= MAX_CLUSTER_NODES:
+            why = f"more than {MAX_CLUSTER_NODES:,} nodes, the most a cluster may have"
+            problems.append(SpecProblem((), why, "give a part of the node list: fewer nodes", line))
+            break
         decls.append(NodeDecl(sn, sn, region, gpus, model if gpus and model else "", cpu, mem))
     if not decls and not problems:
         problems.append(SpecProblem((), "no nodes", "add one row per node under the header", table.header_line))
