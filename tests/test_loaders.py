@@ -161,6 +161,8 @@ name: ok
 kind: batch
 """
 # (parser, text, lines of str(SpecError) expected, in order, each as a prefix)
+BIG_INT = "1" * 5000
+BIG_INT_SAYS = "an integer of 5,000 digits, more than the 4,300 Python reads"
 TEXT_ERRORS = [
     (parse_cluster_text, "kind: Cluster\n  bad: [", ["f.yaml:2: invalid YAML: mapping values are not allowed"]),
     (parse_cluster_text, CLUSTER_BAD, [
@@ -184,7 +186,14 @@ TEXT_ERRORS = [
         "f.yaml:3: items[0].gpuMilli: must be >= 1",
     ]),
     (parse_jobs_text, "- 3\n- {name: a, kind: batch}\n", ["f.yaml:1: [0]: expected a job document"]),
-    (parse_jobs_text, "submitTime: 2024-13-01\n", ["f.yaml: invalid YAML: month must be in 1..12"]),
+    (parse_jobs_text, "name: x\nsubmitTime: 2024-13-01\n", ["f.yaml:2: invalid YAML: month must be in 1..12"]),
+    # Past Python's int digit limit (4,300): the refusal came without a line (and from JSON as a traceback).
+    (parse_jobs_text, f"name: x\nkind: training\ngpus: {BIG_INT}\n", [f"f.yaml:3: {BIG_INT_SAYS}"]),
+    (parse_jobs_text, f'{{"name": "x",\n "kind": "training",\n "gpus": {BIG_INT}}}', [f"f.yaml:3: {BIG_INT_SAYS}"]),
+    (parse_jobs_text, f"- {{name: a, kind: batch}}\n- {{name: b, kind: batch, tasks: -{BIG_INT}}}\n", [
+        f"f.yaml:2: {BIG_INT_SAYS}",
+    ]),
+    (parse_cluster_text, SEED_TEXT.replace("gpuCount: 72", f"gpuCount: {BIG_INT}"), [f"f.yaml:7: {BIG_INT_SAYS}"]),
     (parse_jobs_text, "name: x\nkind: batch\nsubmitTime: 2024-01-01\n", ["f.yaml:3: submitTime: must be a number"]),
     (parse_jobs_text, "a: !!python/object:os.system ls\n", ["f.yaml:1: invalid YAML: could not determine"]),
 ]  # fmt: skip
@@ -196,7 +205,8 @@ TEXT_ERRORS = [
     ids=[
         "yaml-syntax", "cluster-fields", "seed-count", "seed-typo", "seed-metadata-null", "cluster-empty",
         "cluster-two-docs", "json-syntax", "cluster-list", "jobs-stream", "list-items", "list-extra",
-        "jobs-scalar-item", "bad-date", "date-as-time", "python-tag",
+        "jobs-scalar-item", "bad-date", "int-past-digit-limit", "json-int-past-digit-limit",
+        "int-past-digit-limit-in-a-list", "seed-count-past-digit-limit", "date-as-time", "python-tag",
     ],
 )  # fmt: skip
 def test_errors_name_file_line_and_path(parse: Any, text: str, lines: list[str]) -> None:
@@ -474,8 +484,9 @@ def test_safe_load_bounded_reads_like_safe_load(text: str, value: Any) -> None:
         ("[" * 65 + "]" * 65, DEEP),
         ("a: [\n", "invalid YAML"),
         ("a: 1\n---\nb: 2\n", "expected a single document"),
+        ("a: 1\nb: " + "9" * 5000 + "\n", f"tokens.yaml:2: {BIG_INT_SAYS}"),
     ],
-    ids=["alias-bomb", "deep", "syntax", "two-documents"],
+    ids=["alias-bomb", "deep", "syntax", "two-documents", "int-past-digit-limit"],
 )
 def test_safe_load_bounded_refuses_with_a_spec_error(text: str, says: str) -> None:
     from rackscale.loaders import safe_load_bounded

@@ -12,6 +12,7 @@ import os
 import re
 import select
 import stat
+import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -281,6 +282,8 @@ def documents(text: str, source: str) -> list[Document]:
             )
         except RecursionError:
             json_error = _too_deep(None)
+        except ValueError as err:  # a value Python refuses (an integer past its digit limit): YAML finds its line
+            json_error = SpecProblem((), *_refused_value(str(err)))
         else:
             node = _compose(text)
             problem = _bounds(node) if node is not None else _data_depth(data)
@@ -289,7 +292,7 @@ def documents(text: str, source: str) -> list[Document]:
             return [(data, node)]
         try:
             return _yaml_documents(text)
-        except _OverBound as err:  # valid YAML, but over a bound: say that
+        except (_OverBound, _Unbuildable) as err:  # valid YAML, but over a bound or a value refused: say that
             raise SpecError(err.problems, source) from None
         except SpecError:
             raise SpecError([json_error], source) from None  # meant as JSON: its error is the useful one
@@ -315,7 +318,12 @@ def _yaml_documents(
             problem = _bounds(node)
             if problem is not None:
                 raise _OverBound([problem])
-            data = loader.construct_document(node)
+            try:
+                data = loader.construct_document(node)
+            except (ValueError, OverflowError) as err:
+                # Python refused a scalar's value (an integer past its digit limit, a date 2024-13-01): the
+                # error has no mark, so the scalar is looked for (and only then) to give the line.
+                raise _Unbuildable([_unbuildable(loader, node, err)]) from None
             if data is not None or single:  # an empty document (a stray `---`) holds nothing
                 docs.append((data, node))
             if single:
@@ -343,7 +351,7 @@ def _yaml_documents(
     except RecursionError:  # the pure-Python composer, where libyaml is missing
         raise _OverBound([_too_deep(None)]) from None
     except (yaml.YAMLError, ValueError, OverflowError) as err:
-        # ValueError/OverflowError: PyYAML builds dates with datetime, which refuses e.g. 2024-13-01.
+        # ValueError/OverflowError: from the parser rather than a value (those are _Unbuildable, above).
         fix = 'quote values that should stay text, e.g. "2024-13-01"'
         raise SpecError([SpecProblem((), f"invalid YAML: {str(err) or type(err).__name__}", fix)]) from None
     finally:
@@ -365,6 +373,46 @@ def _tab_at(text: str, line: int, column: int, problem: str) -> tuple[int, int] 
     if "tab" in problem and "\t" in indent:
         return line + 1, indent.index("\t") + 1
     return None
+
+
+# --------------------------------------------------------------------------------------------- values
+class _Unbuildable(SpecError):
+    """The YAML is readable but Python refuses one of its values: reported even where a JSON error would be."""
+
+
+def _refused_value(reason: str, digits: int | None = None) -> tuple[str, str]:
+    """(what, fix) of Python's refusal of a value, in words: its int digit limit (``sys.set_int_max_str_digits``,
+    which it names, is no fix a spec's author can apply) or its own reason (a date past the calendar)."""
+    if "digits" in reason and "integer" in reason:
+        size = f"{digits:,} digits" if digits is not None else "more digits"
+        what = f"an integer of {size}, more than the {sys.get_int_max_str_digits():,} Python reads"
+        return what, "check the value (no count is that long); quote it if it should stay text"
+    return f"invalid YAML: {reason}", 'quote values that should stay text, e.g. "2024-13-01"'
+
+
+def _unbuildable(loader: yaml.SafeLoader, root: yaml.Node, err: Exception) -> SpecProblem:
+    """The problem of the first scalar under ``root`` (in document order, keys too) whose value Python
+    refuses, with its line; without its line when none is found (the error came from elsewhere)."""
+    seen: set[int] = set()
+    stack: list[yaml.Node] = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:  # an alias: its anchor was looked at
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            stack += [n for pair in reversed(node.value) for n in reversed(pair)]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += reversed(node.value)
+        elif (build := loader.yaml_constructors.get(node.tag)) is not None:
+            try:
+                build(loader, node)
+            except (ValueError, OverflowError) as e:
+                digits = sum(c.isdigit() for c in node.value)
+                return SpecProblem((), *_refused_value(str(e), digits), node.start_mark.line + 1)
+            except Exception:  # not this scalar's refusal: keep looking
+                continue
+    return SpecProblem((), *_refused_value(str(err) or type(err).__name__))
 
 
 # --------------------------------------------------------------------------------------------- bounds
