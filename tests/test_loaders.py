@@ -16,7 +16,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rackscale import loaders
+from rackscale import pipes
 from rackscale.loaders import (
     SpecError,
     load_any,
@@ -425,7 +425,7 @@ def test_a_path_that_never_gives_text_is_refused_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setup: Any, message: str
 ) -> None:
     """A FIFO nobody writes to hung the open (and with it `apply -f`, `preflight --cluster-spec`, ...)."""
-    monkeypatch.setattr(loaders, "FIFO_WAIT_S", 0.2, raising=False)
+    monkeypatch.setattr(pipes, "FIFO_WAIT_S", 0.2)
     path = setup(tmp_path)
     for load in (load_cluster, load_jobs, load_any):
         got: list[BaseException] = []

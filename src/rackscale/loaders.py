@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import stat
 import sys
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ from rackscale.model.spec_errors import SpecError, SpecProblem, format_loc
 from rackscale.model.specs import CLUSTER_KINDS, cluster_from_dict, job_from_dict
 from rackscale.model.topology import GPUCluster
 from rackscale.model.workload import JobSpec
+from rackscale.pipes import open_text
 
 __all__ = [
     "MAX_ALIAS_VALUES",
@@ -45,7 +45,6 @@ Loc = tuple[str | int, ...]
 MAX_TEXT_CHARS = 64 * 1024 * 1024  # 64 MiB of text (characters; a file's bytes are checked before reading)
 MAX_ALIAS_VALUES = 1_000_000  # values a document may gain through aliases (*alias repeats an &anchor's values)
 MAX_DEPTH = 64  # lists and mappings nested in one another
-FIFO_WAIT_S = 10.0  # how long a named pipe (FIFO) is waited on for its writer before it is refused
 
 
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -223,7 +222,8 @@ def _check_size(text: str) -> None:
 def _read(path: str | os.PathLike[str]) -> str:
     source = os.fspath(path)
     try:
-        with open(_open_fd(path, source), encoding="utf-8") as f:
+        # (A named pipe is waited on for its writer FIFO_WAIT_S at most: rackscale.pipes.)
+        with open_text(path, source, encoding="utf-8") as f:
             st = os.fstat(f.fileno())
             if st.st_size > MAX_TEXT_CHARS:  # a regular file: its size is known without reading it
                 raise SpecError([_too_big(_mib(st.st_size))], source)
@@ -240,30 +240,6 @@ def _read(path: str | os.PathLike[str]) -> str:
     except OSError as err:
         problem = SpecProblem((), f"cannot read: {err.strerror or err}", "check that it is a readable file")
     raise SpecError([problem], source)
-
-
-def _open_fd(path: str | os.PathLike[str], source: str) -> int:
-    """``path`` opened for reading, as a blocking descriptor. Opened without blocking first: a named pipe
-    (FIFO) that nobody writes to would otherwise hang the open for ever. A pipe (``<(cmd)``, a FIFO whose
-    writer comes) is waited on for :data:`FIFO_WAIT_S` at most; with nothing by then it is refused."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if stat.S_ISFIFO(os.fstat(fd).st_mode) and not select.select([fd], [], [], FIFO_WAIT_S)[0]:
-            raise SpecError(
-                [
-                    SpecProblem(
-                        (),
-                        f"a named pipe (FIFO) that nothing wrote to in {FIFO_WAIT_S:g} s",
-                        "give a regular file, or start the pipe's writer first",
-                    )
-                ],
-                source,
-            )
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def documents(text: str, source: str) -> list[Document]:

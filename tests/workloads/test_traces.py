@@ -15,11 +15,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rackscale import pipes
 from rackscale.model.spec_errors import SpecError
 from rackscale.model.workload import BUILTIN_PRIORITY_CLASSES, JobKind, JobSpec, batch, inference, training
 from rackscale.workloads import TraceLoad, load_alibaba_nodes, load_alibaba_pods, load_generic, load_philly, load_trace
@@ -436,6 +438,40 @@ def test_a_device_is_refused_and_a_pipe_read_bounded(
     with pytest.raises(SpecError, match="larger than"):  # a pipe: by what it gives
         loader(fifo)  # type: ignore[operator]
     writer.join(timeout=10)
+
+
+def _catch(load: Any, path: Path, into: list[BaseException]) -> None:
+    try:
+        load(path)
+    except BaseException as e:  # the test checks which
+        into.append(e)
+
+
+@pytest.mark.parametrize(
+    "loader",
+    [load_philly, load_alibaba_pods, load_alibaba_nodes, load_generic],
+    ids=["philly", "pods", "nodes", "generic"],
+)
+def test_a_named_pipe_without_a_writer_is_refused_after_the_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loader: Any
+) -> None:
+    """A FIFO nobody writes to hung `simulate --trace` (and `pack`'s reader) for ever in open(), while the
+    spec reader waited FIFO_WAIT_S and refused it: now both do."""
+    monkeypatch.setattr(pipes, "FIFO_WAIT_S", 0.2)
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    got: list[BaseException] = []
+    reader = threading.Thread(target=_catch, args=(loader, fifo, got), daemon=True)
+    started = time.monotonic()
+    reader.start()
+    reader.join(5)  # a daemon thread: a hang fails the test instead of the run
+    assert not reader.is_alive(), f"{loader.__name__} hangs on a FIFO without a writer"
+    assert time.monotonic() - started >= 0.2  # it did wait for a writer
+    assert len(got) == 1 and isinstance(got[0], SpecError), got
+    assert str(got[0]) == (
+        f"{fifo}: a named pipe (FIFO) that nothing wrote to in 0.2 s "
+        "(fix: give a regular file, or start the pipe's writer first)"
+    )
 
 
 @pytest.mark.parametrize("kind", ["file", "pipe"])

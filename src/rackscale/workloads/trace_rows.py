@@ -18,6 +18,7 @@ from typing import Protocol
 from rackscale.model.spec_docs import MAX_UNITS
 from rackscale.model.spec_errors import SpecError, SpecProblem
 from rackscale.model.text import char_name, first_bad_char
+from rackscale.pipes import open_text
 
 
 class _Reader(Protocol):
@@ -44,10 +45,12 @@ def _too_big(what: str) -> SpecProblem:
 def read_text(path: str | os.PathLike[str], what: str) -> tuple[str, str]:
     """``(source, text)`` of the file at ``path``; a :class:`SpecError` with a fix if it cannot be read. A
     regular file or a pipe (``<(zcat trace.csv.gz)``), at most :data:`MAX_TRACE_BYTES`; a device is refused
-    (``/dev/zero`` never ends)."""
+    (``/dev/zero`` never ends), and so is a named pipe nothing writes to within
+    :data:`~rackscale.pipes.FIFO_WAIT_S`."""
     source = os.fspath(path)
     try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
+        # A named pipe is waited on for its writer FIFO_WAIT_S at most, then refused (open() hung for ever).
+        with open_text(path, source, encoding="utf-8-sig", newline="") as f:
             st = os.fstat(f.fileno())
             if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
                 fix = f"give the path of the {what} file itself"
