@@ -432,6 +432,17 @@ def test_training_job_priority_class_exists_with_the_seeds_value() -> None:
     assert pc["globalDefault"] is False
 
 
+def test_a_preempted_training_pod_is_no_failure_of_its_job() -> None:
+    """rackscale's preemption marks a victim DisruptionTarget (docs/kubernetes.md, Preemption): the Job ignores
+    such a pod's failure, so preemptions do not use up its backoffLimit. (podFailurePolicy needs restartPolicy
+    Never, as the API server validates.)"""
+    job = one("Job", "llm-pretrain-72")
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]} in rules
+    assert pod_spec(job)["restartPolicy"] == "Never"
+    assert int(pod_spec(job).get("terminationGracePeriodSeconds", 30)) >= 30  # time to checkpoint on SIGTERM
+
+
 def test_every_storage_class_named_exists() -> None:
     classes = {d["metadata"]["name"] for _, d in all_docs() if d["kind"] == "StorageClass"}
     assert classes == {"high-speed-storage"}
