@@ -103,6 +103,7 @@ class ClusterBuilder:
         spec: JobSpec | None = None,
         priority: int = 0,
         preemptible: bool = True,
+        movable: bool = True,
         queue: str = "default",
         started_at: float = 0.0,
         expected_end: float | None = None,
@@ -125,6 +126,7 @@ class ClusterBuilder:
                     tasks=total,
                     priority=priority,
                     preemptible=preemptible,
+                    movable=movable,
                     queue=queue,
                     checkpoint_interval_s=checkpoint_interval_s,
                 )
@@ -134,6 +136,7 @@ class ClusterBuilder:
                     total,
                     priority=priority,
                     preemptible=preemptible,
+                    movable=movable,
                     queue=queue,
                     checkpoint_interval_s=checkpoint_interval_s,
                 )

@@ -184,19 +184,21 @@ LATE = {"expected_end": 30_000.0}
 
 # (the cluster, the waiting gang, the profile, now): nothing may be moved
 NOT_MOVED = [
-    pytest.param(_unmovable_elsewhere(), llm(), "rackscale", NOW, id="a-mover-cannot-be-placed-again"),
-    pytest.param(_split_elsewhere(), llm(), "rackscale", NOW, id="a-mover-would-be-split-over-racks"),
+    pytest.param(_unmovable_elsewhere(), llm(), CONSOLIDATE, NOW, id="a-mover-cannot-be-placed-again"),
+    pytest.param(_split_elsewhere(), llm(), CONSOLIDATE, NOW, id="a-mover-would-be-split-over-racks"),
     pytest.param(
         # s1 ran 4 h without a checkpoint (57,600 GPU-s lost if moved) and ends in 2 min: llm waits 2 min
         nvl72(("s0", 8, 0, LATE), ("s1", 4, 1, {"expected_end": 14_400.0 + 120}), ("s2", 16, 2, LATE)),
         llm(),
-        "rackscale",
+        CONSOLIDATE,
         14_400.0,
         id="cost-exceeds-gain",
     ),
-    pytest.param(fragmented(priority=5), llm(), "rackscale", NOW, id="movers-of-higher-priority"),
-    pytest.param(fragmented(preemptible=False), llm(), "rackscale", NOW, id="movers-not-preemptible"),
-    pytest.param(_inference_only(), llm(), "rackscale", NOW, id="inference-is-never-moved"),
+    pytest.param(fragmented(priority=5), llm(), CONSOLIDATE, NOW, id="movers-of-higher-priority"),
+    pytest.param(fragmented(preemptible=False), llm(), CONSOLIDATE, NOW, id="movers-not-preemptible"),
+    # A Kubernetes pod no controller recreates (kube.snapshot): a stop would lose it.
+    pytest.param(fragmented(movable=False), llm(), CONSOLIDATE, NOW, id="movers-not-movable"),
+    pytest.param(_inference_only(), llm(), CONSOLIDATE, NOW, id="inference-is-never-moved"),
     pytest.param(
         fragmented(), llm(preemption_policy=PreemptionPolicy.NEVER), CONSOLIDATE, NOW, id="gang-may-not-preempt"
     ),

@@ -193,6 +193,9 @@ class JobSpec:
     priority: int = 0
     preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
     preemptible: bool = True
+    # Consolidation may stop it to start it again elsewhere (``consolidate.py``). False where a stop loses the
+    # job for good: a Kubernetes pod that no controller recreates (``kube.snapshot``).
+    movable: bool = True
     queue: str = "default"
     topology: TopologyConstraint = field(default_factory=TopologyConstraint)
     comm: CommProfile = field(default_factory=CommProfile)

@@ -9,7 +9,7 @@ the free GPUs scattered over several:
 
 - **who asks**: a pending training or batch job of whole GPUs that prefers or requires one rack, fits in the
   largest allowed rack, may preempt, and finds at least its GPUs free in total on the racks it may use;
-- **who moves**: running jobs with GPUs in the candidate rack, preemptible, not inference
+- **who moves**: running jobs with GPUs in the candidate rack, preemptible and movable, not inference
   (its users would see the stop), of no higher priority than the gang, not placed this cycle, each smaller
   than the gang, stopped fewer than :data:`MAX_MOVER_RUNS` times; a job on loan may move too;
 - **where**: the allowed racks where the fewest GPUs must move, then the cheapest; at most :data:`MAX_RACKS`;
@@ -170,6 +170,7 @@ class Consolidate:
             if (
                 spec.kind is JobKind.INFERENCE
                 or not spec.preemptible
+                or not spec.movable
                 or spec.priority > job.priority
                 or name in protected
                 or rj.placement.gpu_milli >= limit
