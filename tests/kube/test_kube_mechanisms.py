@@ -31,7 +31,7 @@ from rackscale.scheduler.decisions import (
 
 Start = Callable[..., KubeScheduler]
 M = Mechanism
-ALL_OFF = {"opportunistic_backfill": False, "elastic": False, "consolidate": False}
+ALL_OFF = {"opportunistic_backfill": False, "elastic": False}
 
 
 @pytest.mark.parametrize(
@@ -40,11 +40,14 @@ ALL_OFF = {"opportunistic_backfill": False, "elastic": False, "consolidate": Fal
         pytest.param("rackscale", True, "cheapest-victims", (M.LAS_PREEMPTION, M.LOANS, M.ELASTIC), id="default"),
         pytest.param("rackscale", False, "", (M.PREEMPTION, M.LOANS, M.ELASTIC), id="default-no-preemption"),
         pytest.param(
+            "rackscale-consolidate", True, "cheapest-victims", (M.LAS_PREEMPTION, M.LOANS, M.ELASTIC), id="consolidate"
+        ),
+        pytest.param(
             "rackscale-consolidate",
-            True,
-            "cheapest-victims",
-            (M.LAS_PREEMPTION, M.LOANS, M.ELASTIC, M.CONSOLIDATION),
-            id="consolidate",
+            False,
+            "",
+            (M.PREEMPTION, M.LOANS, M.ELASTIC, M.CONSOLIDATION),
+            id="consolidate-no-preemption",
         ),
         pytest.param("tiresias", True, "cheapest-victims", (M.LAS_PREEMPTION,), id="tiresias-las"),
         pytest.param("first-fit", True, "cheapest-victims", (), id="baseline"),
@@ -63,8 +66,14 @@ def test_the_profile_keeps_priority_preemption_and_drops_what_resizes_or_moves_p
         s = KubeScheduler(api_client(), dataclasses.replace(FAST, policy=policy, preemption=preemption))
     p = s.sched.profile
     assert {k: getattr(p, k) for k in ALL_OFF} == ALL_OFF and p.victims == victims
-    assert (s.sched.victims is not None) is preemption
-    assert [a.name for a in s.sched.actions] == ["allocate", "backfill", *(["preempt"] if preemption else [])]
+    consolidates = preemption and policy == "rackscale-consolidate"
+    assert p.consolidate is consolidates and (s.sched.victims is not None) is preemption
+    assert [a.name for a in s.sched.actions] == [
+        "allocate",
+        "backfill",
+        *(["preempt"] if preemption else []),
+        *(["consolidate"] if consolidates else []),
+    ]
     assert s.disabled == off
     logged = [r.getMessage() for r in caplog.records if "is off under Kubernetes" in r.getMessage()]
     assert [m.split(": ")[1].split(" is off")[0] for m in logged] == [str(m) for m in off]
@@ -91,7 +100,7 @@ _STOP = Preemption(victim="v", preemptor=_SPEC.name, reason="r", cause=Preemptio
             "resizes 1 running gang(s) (shrunk)",
             id="shrink",
         ),
-        pytest.param(Decisions(placed=(dataclasses.replace(_PLACED, moved=True),)), "moves", id="move"),
+        pytest.param(Decisions(placed=(dataclasses.replace(_PLACED, moved=True),)), "moves", id="a-move-of-no-stop"),
         pytest.param(Decisions(placed=(dataclasses.replace(_PLACED, scale_up=True),)), "grows", id="grow"),
         pytest.param(
             Decisions(placed=(dataclasses.replace(_PLACED, placement=Placement(_SPEC.name, (), 1, True)),)),
@@ -106,6 +115,7 @@ def test_refusal_names_what_the_adapter_cannot_do(decisions: Decisions, needle: 
 
 
 _LAS = dataclasses.replace(_STOP, cause=PreemptionCause.ATTAINED_SERVICE)
+_MOVE = dataclasses.replace(_STOP, cause=PreemptionCause.CONSOLIDATION)
 
 
 @pytest.mark.parametrize(
@@ -116,10 +126,16 @@ _LAS = dataclasses.replace(_STOP, cause=PreemptionCause.ATTAINED_SERVICE)
         pytest.param(True, _STOP, set(), "which is no gang of rackscale's running pods", id="unknown-victim"),
         pytest.param(True, _LAS, {"v"}, "(attained-service)", id="between-equals"),
         pytest.param(True, dataclasses.replace(_STOP, cause=PreemptionCause.RECLAIM), {"v"}, "(reclaim)", id="reclaim"),
+        pytest.param(True, _MOVE, {"v"}, None, id="a-move-of-a-known-gang"),
+        pytest.param(False, _MOVE, {"v"}, "(consolidation)", id="a-move-without-preemption"),
     ],
 )
 def test_refusal_of_a_stop(preemption: bool, stop: Preemption, holders: set[str], needle: str | None) -> None:
-    why = refusal(Decisions(placed=(_PLACED,), preemptions=(stop,)), preemption=preemption, holders=holders)
+    placed: tuple[Placed, ...] = (_PLACED,)
+    if stop.cause is PreemptionCause.CONSOLIDATION:  # the moved gang's new place comes with its stop
+        v = training("v", 8, gpus_per_worker=8)
+        placed = (Placed(v, _placement("v"), None, moved=True), _PLACED)
+    why = refusal(Decisions(placed=placed, preemptions=(stop,)), preemption=preemption, holders=holders)
     assert why is None if needle is None else (why is not None and needle in why)
 
 

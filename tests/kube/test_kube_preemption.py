@@ -17,6 +17,7 @@ from rackscale.cli.kube_metrics import kube_registry
 from rackscale.kube.preemption import HOLD_MARGIN_S, EvictionBook, grace_s, victim_job
 from rackscale.kube.scheduler import KubeScheduler
 from rackscale.kube.snapshot import Victim
+from rackscale.scheduler.decisions import PreemptionCause
 
 Start = Callable[..., KubeScheduler]
 Obj = dict[str, Any]
@@ -68,16 +69,17 @@ def test_a_preemptor_is_held_while_its_victims_terminate_and_no_longer() -> None
     book.record("group:default/high", [Victim(key="default/v", uid="u1", node="n", pod=v)], now=100.0)
     pods = {"default/v": v}
     until = 100.0 + 60 + HOLD_MARGIN_S
-    assert book.held(pods, now=until - 1) == {
-        "group:default/high": "waiting for 1 preempted pod(s) of lower priority to terminate"
-    }
+    assert book.held(pods, now=until - 1) == {"group:default/high": "waiting for 1 pod(s) stopped for it to terminate"}
     assert book.held(pods, now=until) == {}  # placed elsewhere if it can: it still preempts no one
     assert book.waiting_for("group:default/high", pods) == 1
     replaced = {"default/v": {**v, "metadata": {**v["metadata"], "uid": "u2"}}}
     done = {"default/v": {**v, "status": {"phase": "Failed"}}}
     for gone in ({}, replaced, done):
         assert book.held(gone, now=101.0) == {} and book.waiting_for("group:default/high", gone) == 0
-    book.prune(pending={"group:default/high"}, pods={})
+    assert book.ready({}) == ["group:default/high"] and book.ready(pods) == []  # its victims gone: placed first
+    book.prune(pending={"group:default/high"})
+    assert list(book.by_preemptor) == ["group:default/high"]  # still waits: kept until placed or gone
+    book.prune(pending=set())
     assert book.by_preemptor == {}
 
 
@@ -148,14 +150,19 @@ def test_a_higher_priority_gang_preempts_the_cheapest_gang_waits_for_it_then_run
     _cycles(s, 3)
     assert not bound_to(fake, "tenant-b/high-0") and not bound_to(fake, "tenant-b/high-1")
     assert s.evictions.held(dict(s.pods), now=s.clock()) == {
-        "group:tenant-b/high": "waiting for 1 preempted pod(s) of lower priority to terminate"
+        "group:tenant-b/high": "waiting for 1 pod(s) stopped for it to terminate"
     }
     # The other one's kubelet reports its containers stopped: the high gang is bound where they ran.
     fake.delete("pods", "default/low-1")
     wait_for(lambda: all(bound_to(fake, f"tenant-b/high-{i}") for i in range(2)), what="the high gang bound")
     assert {bound_to(fake, f"tenant-b/high-{i}") for i in range(2)} == nominated
     st = s.stats
-    assert (st.preemptions, st.victims, st.preempted_pods, st.preemption_errors) == (1, 1, 2, 0)
+    assert (st.preemptions, st.victims[PreemptionCause.PRIORITY], st.preempted_pods, st.preemption_errors) == (
+        1,
+        1,
+        2,
+        0,
+    )
     got = _samples(s)
     assert got[("rackscale_preemption_victims_total", frozenset({("cause", "priority")}))] == 1
     assert got[("rackscale_kube_preempted_pods_total", frozenset())] == 2
@@ -268,3 +275,67 @@ def test_a_new_leader_reads_a_preemption_in_flight_back_and_preempts_no_more(
         fake.delete("pods", f"default/low-{i}")
     wait_for(lambda: all(bound_to(fake, f"default/high-{i}") for i in range(2)), what="the high gang bound")
     assert {bound_to(fake, f"default/high-{i}") for i in range(2)} == {"r0-n0", "r0-n1"}
+
+
+def _owned(p: Obj, job: str) -> Obj:
+    p["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "controller": True}]
+    return p
+
+
+@pytest.mark.parametrize("controlled", [True, False], ids=["job-owned-pods-move", "a-bare-pod-never-moves"])
+def test_consolidation_moves_a_small_gang_to_free_a_rack_for_a_waiting_one(
+    fake: FakeAPIServer, start_scheduler: Start, controlled: bool
+) -> None:
+    """--policy rackscale-consolidate (KAI-Scheduler's consolidation), all at priority 0:
+
+    rack clique-0: r0-n0 [a-0 ........] r0-n1 [........]
+    rack clique-1: r1-n0 [b-0 ........] r1-n1 [........]
+
+    "llm" (2 x 8 GPUs, one rack required) fits no rack, though 16 GPUs are free. One small pod is deleted
+    (moved); its Job recreates it and rackscale places the new pod on the other rack's free node; once the old
+    one has terminated, llm is bound on the freed rack. A pod no controller owns is never moved: deleting it
+    would lose it, so llm waits.
+    """
+    fake.graceful_deletes = True
+    add_racks(fake, racks=2, nodes=2)
+    s = start_scheduler(dataclasses.replace(FAST, policy="rackscale-consolidate"))
+    for name, node in (("a-0", "r0-n0"), ("b-0", "r1-n0")):
+        p = pod(name, node_name=node)
+        fake.put("pods", _owned(p, name[0]) if controlled else p)
+    wait_for(lambda: all(s.synced.values()), what="synced")
+    for i in range(2):
+        p = pod(f"llm-{i}", group="llm", min_member=2)
+        p["metadata"]["annotations"]["rackscale.io/topology"] = "rack"
+        fake.put("pods", p)
+    if not controlled:
+        wait_for(lambda: events_for(fake, "llm-0", "FailedScheduling"), what="llm told why it waits")
+        _cycles(s, 3)
+        assert fake.deletes == [] and not bound_to(fake, "default/llm-0")
+        return
+    wait_for(lambda: fake.deletes, what="a small pod moved")
+    (gone,) = fake.deletes
+    node = bound_to(fake, gone)
+    assert node is not None
+    freed, other = ("clique-0", "r1-n1") if node.startswith("r0") else ("clique-1", "r0-n1")
+    victim = fake.get("pods", gone)
+    assert victim is not None
+    (cond,) = [c for c in victim["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert "moving it to free a rack whole" in cond["message"]
+    told = wait_for(lambda: events_for(fake, gone.split("/")[1], "Preempted"), what="the mover told")
+    assert isinstance(told, list) and told[0]["message"].startswith("Moved by rackscale to free a rack whole")
+    # Its Job recreates it (a new pod): placed on the other rack's free node, not back on the rack being freed.
+    name = gone.split("/")[1]
+    fake.put("pods", _owned(pod(f"{name[0]}-1"), name[0]))
+    wait_for(lambda: bound_to(fake, f"default/{name[0]}-1"), what="the recreated pod placed")
+    assert bound_to(fake, f"default/{name[0]}-1") == other
+    assert not bound_to(fake, "default/llm-0")  # the old pod still terminates there
+    # Another namespace's pod of the same priority, first by fair share (its namespace holds nothing): it must
+    # take neither the room llm is nominated to now nor the room its mover leaves.
+    fake.put("pods", pod("c-0", namespace="z"))
+    _cycles(s, 3)
+    assert not bound_to(fake, "z/c-0")
+    fake.delete("pods", gone)
+    wait_for(lambda: all(bound_to(fake, f"default/llm-{i}") for i in range(2)), what="llm bound")
+    assert {bound_to(fake, f"default/llm-{i}") for i in range(2)} == {f"r{freed[-1]}-n0", f"r{freed[-1]}-n1"}
+    assert not bound_to(fake, "z/c-0")  # (the cluster is full)
+    assert s.stats.victims[PreemptionCause.CONSOLIDATION] == 1 and s.stats.victims[PreemptionCause.PRIORITY] == 0

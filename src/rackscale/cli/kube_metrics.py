@@ -26,7 +26,6 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from rackscale.kube.observed import AttemptResult
-from rackscale.scheduler.decisions import PreemptionCause
 
 if TYPE_CHECKING:
     from rackscale.kube.scheduler import KubeScheduler
@@ -97,10 +96,12 @@ class KubeCollector(Collector):
         )
         victims = CounterMetricFamily(
             "rackscale_preemption_victims",
-            "Running gangs stopped to make room for others, by cause (here: priority only).",
+            "Running gangs stopped to make room for others, by cause: priority (a waiting gang of higher "
+            "priority), consolidation (moved to free a rack whole for a waiting gang).",
             labels=["cause"],
         )
-        victims.add_metric([PreemptionCause.PRIORITY.value], st.victims)
+        for cause, n in st.victims.items():
+            victims.add_metric([cause.value], n)
         yield victims
         yield from self._pending()
         yield from self._gpus()

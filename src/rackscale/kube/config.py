@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from rackscale.kube.cluster import LabelKeys
 from rackscale.kube.observed import AttemptResult, CycleTimes, per_result
+from rackscale.scheduler.decisions import PreemptionCause
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,6 +26,10 @@ class KubeSchedulerConfig:
     report_interval_s: float = 60.0  # repeat an unchanged FailedScheduling event at most this often
     assume_ttl_s: float = 60.0  # forget a bind (or an undo) the watch has not confirmed after this long
     backoff_s: float = 1.0  # after a failed list/watch request
+
+
+def _per_cause() -> dict[PreemptionCause, int]:
+    return {PreemptionCause.PRIORITY: 0, PreemptionCause.CONSOLIDATION: 0}  # the causes the adapter carries out
 
 
 def _per_kind() -> dict[str, int]:
@@ -51,8 +56,8 @@ class Stats:
     undone: int = 0  # pods deleted to undo a partial gang bind
     undo_errors: int = 0  # deletions of such pods that failed (retried on the next cycles)
     refused_cycles: int = 0  # cycles whose decisions stopped, resized or moved a running job: none carried out
-    preemptions: int = 0  # waiting gangs that preempted (deleted lower-priority gangs' pods)
-    victims: int = 0  # running gangs (or lone pods) stopped for them
+    preemptions: int = 0  # waiting gangs that preempted or consolidated (deleted running gangs' pods)
+    victims: dict[PreemptionCause, int] = field(default_factory=_per_cause)  # running gangs stopped, by cause
     preempted_pods: int = 0  # pods deleted for a preemption
     preemption_errors: int = 0  # such deletions the API server refused or that failed on the way
     lists: dict[str, int] = field(default_factory=_per_kind)

@@ -3,13 +3,14 @@
 The core decides placements, and also stops, resizes and moves running jobs (issue 13's mechanisms). A
 running job here is a set of pods that a controller (a Job, JobSet, StatefulSet, ...) owns. rackscale binds
 pods; it deletes the pods of a gang bind it could not complete (:mod:`rackscale.kube.binding`) and, as
-kube-scheduler's own preemption does, the pods of lower-priority gangs that a waiting gang of higher
-priority needs the GPUs of (:mod:`rackscale.kube.preemption`: deleted with their grace period, the
-preemptor nominated and placed once they are gone). It creates no pod, so the mechanisms that need one
-(grow, move) are switched off in the profile the Kubernetes scheduler runs (:func:`kube_profile`), and
-said so at start (docs/kubernetes.md, "Scheduler mechanisms"). Should the core still decide one,
-:func:`refusal` says why the cycle's decisions are not carried out: never a placement bound on GPUs that a
-stop the adapter did not make was to free.
+kube-scheduler's own preemption and KAI-Scheduler's consolidation do, the pods of running gangs that a
+waiting gang needs the room of (:mod:`rackscale.kube.preemption`: deleted with their grace period, the
+waiting gang nominated and placed once they are gone; a moved gang's controller recreates its pods, which
+rackscale places again). It creates no pod, so the mechanisms that need one (grow an elastic gang) are
+switched off in the profile the Kubernetes scheduler runs (:func:`kube_profile`), and said so at start
+(docs/kubernetes.md, "Scheduler mechanisms"). Should the core still decide one, :func:`refusal` says why the
+cycle's decisions are not carried out: never a placement bound on GPUs that a stop the adapter did not make
+was to free.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class Mechanism(StrEnum):
     LAS_PREEMPTION = "least-attained-service preemption"  # ``las-victims``' stops between equal priorities
     LOANS = "loans"  # ``opportunistic_backfill``: lend reserved GPUs, reclaim them (a reclaim stops the borrower)
     ELASTIC = "elastic"  # ``elastic``: minGpus/maxGpus gangs that start smaller, shrink and grow
-    CONSOLIDATION = "consolidation"  # ``consolidate``: move running jobs to free a rack for a waiting gang
+    CONSOLIDATION = "consolidation"  # ``consolidate``: move running jobs to free a rack (off: --no-preemption)
 
 
 # Why each is off, for the log line at start and for docs/kubernetes.md (the same words).
@@ -42,16 +43,17 @@ WHY_OFF: dict[Mechanism, str] = {
     "a reclaim is a preemption between any priorities",
     Mechanism.ELASTIC: "a gang's size is its controller's (a Job's parallelism): a scheduler creates no pods to "
     "grow one, and a pod it deleted to shrink one would be recreated; gangs run at the size of their pods",
-    Mechanism.CONSOLIDATION: "a move deletes running pods and needs their controller to recreate them where the "
-    "move planned, which a scheduler cannot make happen",
+    Mechanism.CONSOLIDATION: "--no-preemption: a move deletes running pods (their controller recreates them, and "
+    "rackscale places them again)",
 }
 
 
 def kube_profile(policy: str | Profile, *, preemption: bool = True) -> tuple[Profile, tuple[Mechanism, ...]]:
     """The profile the Kubernetes scheduler runs for ``policy``, and the mechanisms it switched off there.
 
-    A profile that preempts keeps priority preemption (``cheapest-victims``: lower priorities only) unless
-    ``preemption`` is False. Raises ``ValueError`` (naming the profiles) for an unknown profile name."""
+    A profile that preempts keeps priority preemption (``cheapest-victims``: lower priorities only), and one
+    that consolidates keeps consolidation, unless ``preemption`` is False. Raises ``ValueError`` (naming the
+    profiles) for an unknown profile name."""
     if isinstance(policy, str):
         if policy not in PROFILES:
             raise unknown("profile", policy, PROFILES)
@@ -64,29 +66,41 @@ def kube_profile(policy: str | Profile, *, preemption: bool = True) -> tuple[Pro
             (Mechanism.LAS_PREEMPTION, preemption and policy.victims not in ("", CheapestVictims.name)),
             (Mechanism.LOANS, policy.opportunistic_backfill),
             (Mechanism.ELASTIC, policy.elastic),
-            (Mechanism.CONSOLIDATION, policy.consolidate),
+            (Mechanism.CONSOLIDATION, policy.consolidate and not preemption),
         )
         if on
     )
-    profile = replace(policy, victims=victims, opportunistic_backfill=False, elastic=False, consolidate=False)
+    profile = replace(
+        policy,
+        victims=victims,
+        opportunistic_backfill=False,
+        elastic=False,
+        consolidate=policy.consolidate and preemption,
+    )
     return profile, off
 
 
 def refusal(d: Decisions, *, preemption: bool = False, holders: Container[str] = ()) -> str | None:
     """Why the adapter cannot carry out the cycle's decisions ``d``, or None when it can: placements of
-    pending gangs, and (with ``preemption``) stops of lower-priority gangs whose pods it knows (``holders``:
-    the running jobs the snapshot built from rackscale's own pods). Any other stop, a resize, a move, a
-    growth or a loan is refused."""
+    pending gangs, and (with ``preemption``) stops by priority or consolidation of gangs whose pods it knows
+    (``holders``: the running jobs the snapshot built from rackscale's own pods), with the moved gangs' new
+    places (their controller recreates their pods; rackscale places them again on a later cycle). Any other
+    stop, a resize, a growth or a loan is refused."""
     for s in d.preemptions:
-        if not preemption or s.cause is not PreemptionCause.PRIORITY:
+        if not preemption or s.cause not in CARRIED_OUT:
             return f"it stops {len(d.preemptions)} running job(s) ({s.cause.value})"
         if s.victim not in holders:
             return f"it stops {s.victim!r}, which is no gang of rackscale's running pods"
     if d.resized:
         return f"it resizes {len(d.resized)} running gang(s) ({d.resized[0].kind.value})"
+    moved = {s.victim for s in d.preemptions if s.cause is PreemptionCause.CONSOLIDATION}
     for p in d.placed:
-        if p.moved or p.scale_up:
+        if (p.moved and p.spec.name not in moved) or p.scale_up:
             return f"it {'moves' if p.moved else 'grows'} the running job {p.spec.name}"
         if p.placement.opportunistic:
             return f"it lends reserved GPUs to {p.spec.name}"
     return None
+
+
+# The stops the adapter makes: a waiting gang's of lower priority, and consolidation's moves.
+CARRIED_OUT = frozenset({PreemptionCause.PRIORITY, PreemptionCause.CONSOLIDATION})

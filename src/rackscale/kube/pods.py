@@ -61,6 +61,13 @@ def is_terminated(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") in TERMINATED
 
 
+def has_controller(pod: Obj) -> bool:
+    """An ownerReference with ``controller: true`` (a Job, ReplicaSet, StatefulSet...): deleted, the pod is
+    recreated; without one it is gone for good."""
+    owners = (pod.get("metadata") or {}).get("ownerReferences")
+    return isinstance(owners, list) and any(isinstance(o, Mapping) and o.get("controller") is True for o in owners)
+
+
 def node_name(pod: Obj) -> str | None:
     n = (pod.get("spec") or {}).get("nodeName")
     return str(n) if n else None

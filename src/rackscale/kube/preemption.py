@@ -111,11 +111,13 @@ def grace_s(pod: Obj) -> float:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Eviction:
-    """The pods deleted for one waiting gang, and until when it waits for them, placed nowhere else."""
+    """The pods deleted for one waiting gang, until when it waits for them (placed nowhere else), and the room
+    it is owed meanwhile: whole GPUs per node name, where its pods are nominated."""
 
     victims: tuple[Victim, ...]
     since: float
     hold_until: float
+    nominated: tuple[tuple[str, int], ...] = ()
 
 
 class EvictionBook:
@@ -124,18 +126,22 @@ class EvictionBook:
     def __init__(self) -> None:
         self.by_preemptor: dict[str, Eviction] = {}
 
-    def record(self, job: str, victims: Iterable[Victim], *, now: float) -> None:
+    def record(
+        self, job: str, victims: Iterable[Victim], *, now: float, nominated: Iterable[tuple[str, int]] = ()
+    ) -> None:
         got = tuple(victims)
         if got:
             until = now + max(grace_s(v.pod) for v in got) + HOLD_MARGIN_S
-            self.by_preemptor[job] = Eviction(victims=got, since=now, hold_until=until)
+            self.by_preemptor[job] = Eviction(victims=got, since=now, hold_until=until, nominated=tuple(nominated))
 
-    def adopt(self, pending: Iterable[Gang], pods: Mapping[str, Obj], *, now: float) -> list[str]:
+    def adopt(
+        self, pending: Iterable[Gang], pods: Mapping[str, Obj], *, now: float, gpus_of: Callable[[Obj], int]
+    ) -> list[str]:
         """Record, for each waiting gang this book knows nothing of, the victims a preemption made for it before
         (by another leader, or this one before a restart), as kube-scheduler reads them: pods of lower priority
-        terminating by preemption (``DisruptionTarget``, ``PreemptionByScheduler``) on the nodes its pods are
-        nominated to. Without this, a new leader's first cycle would preempt again for the same room. Returns
-        the gangs adopted."""
+        (or equal: consolidation moves those) terminating by preemption (``DisruptionTarget``,
+        ``PreemptionByScheduler``) on the nodes its pods are nominated to. Without this, a new leader's first
+        cycle would preempt again for the same room. Returns the gangs adopted."""
         waiting = [g for g in pending if g.job not in self.by_preemptor]
         nominated = {g.job: {n for p in g.pending if (n := nominated_node(p))} for g in waiting}
         if not any(nominated.values()):
@@ -151,18 +157,32 @@ class EvictionBook:
                 Victim(key=key, uid=str((p.get("metadata") or {}).get("uid") or ""), node=n, pod=p)
                 for n in sorted(nominated[g.job])
                 for key, p in by_node.get(n, ())
-                if priority(p) < g.priority
+                if priority(p) <= g.priority  # (<: a preemption's; =: a move's, consolidation's)
             ]
             if victims:
-                self.record(g.job, victims, now=now)
+                owed = [(n, gpus_of(p)) for p in g.pending if (n := nominated_node(p))]
+                self.record(g.job, victims, now=now, nominated=owed)
                 adopted.append(g.job)
         return adopted
 
-    def prune(self, *, pending: Collection[str], pods: Mapping[str, Obj]) -> None:
-        """Forget a gang that no longer waits (bound, deleted) and one whose victims are all gone."""
-        for job, ev in list(self.by_preemptor.items()):
-            if job not in pending or not any(_present(v, pods) for v in ev.victims):
-                del self.by_preemptor[job]
+    def prune(self, *, pending: Collection[str]) -> None:
+        """Forget a gang that no longer waits (bound, deleted)."""
+        for job in [j for j in self.by_preemptor if j not in pending]:
+            del self.by_preemptor[job]
+
+    def ready(self, pods: Mapping[str, Obj]) -> list[str]:
+        """The gangs whose victims are all gone: each is placed before any other job once (the room it made is
+        its own), then forgotten (:meth:`forget`)."""
+        return [j for j, ev in self.by_preemptor.items() if not any(_present(v, pods) for v in ev.victims)]
+
+    def forget(self, job: str) -> None:
+        self.by_preemptor.pop(job, None)
+
+    def owed(self, held: Collection[str]) -> list[tuple[str, tuple[tuple[str, int], ...]]]:
+        """The room the ``held`` gangs are owed, (job, its nominated GPUs per node): the snapshot keeps the free
+        GPUs there from any other job (kube-scheduler counts a nominated pod on its node for pods of no higher
+        priority; a recreated victim or mover would otherwise take the room back)."""
+        return [(j, ev.nominated) for j, ev in self.by_preemptor.items() if j in held and ev.nominated]
 
     def held(self, pods: Mapping[str, Obj], *, now: float) -> dict[str, str]:
         """The gangs that wait for their victims, placed nowhere else meanwhile (a gang placed on the first
@@ -172,7 +192,7 @@ class EvictionBook:
         for job, ev in self.by_preemptor.items():
             n = sum(1 for v in ev.victims if _present(v, pods))
             if n and now < ev.hold_until:
-                out[job] = f"waiting for {n} preempted pod(s) of lower priority to terminate"
+                out[job] = f"waiting for {n} pod(s) stopped for it to terminate"
         return out
 
     def waiting_for(self, job: str, pods: Mapping[str, Obj]) -> int:
@@ -187,13 +207,18 @@ class Evictor:
     def __init__(self, core: client.CoreV1Api, reporter: Reporter) -> None:
         self.core, self.reporter = core, reporter
 
-    def evict(self, v: Victim, *, why: str) -> bool:
-        """Stop ``v``: its DisruptionTarget condition, then the DELETE. True when it is being deleted (or already
-        gone, or replaced: the name holds another pod); False when the API server refused (retried on a later
-        cycle, as the victim still holds its GPUs)."""
+    def evict(self, v: Victim, *, why: str, moved: bool = False) -> bool:
+        """Stop ``v`` (``moved``: consolidation's, else a preemption): its DisruptionTarget condition, then the
+        DELETE. True when it is being deleted (or already gone, or replaced: the name holds another pod); False
+        when the API server refused (retried on a later cycle, as the victim still holds its GPUs)."""
         md = v.pod.get("metadata") or {}
         name, ns = str(md.get("name")), str(md.get("namespace", "default"))
-        self.reporter.disruption(v.pod, f"{self.reporter.component}: preempting to accommodate a higher priority gang")
+        doing = (
+            "moving it to free a rack whole for a waiting gang"
+            if moved
+            else ("preempting to accommodate a higher priority gang")
+        )
+        self.reporter.disruption(v.pod, f"{self.reporter.component}: {doing}")
         if not delete_pod(self.core, name=name, namespace=ns, uid=v.uid, key=v.key, doing="preempting"):
             return False
         self.reporter.preempted(v.pod, why)

@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kubernetes import client
@@ -34,18 +34,26 @@ from rackscale.kube.ledger import Ledger
 from rackscale.kube.mechanisms import WHY_OFF, kube_profile, refusal
 from rackscale.kube.observed import AttemptResult, GpuUse, Waiting, gpu_use, waiting
 from rackscale.kube.planning import Plan, plan
-from rackscale.kube.pods import Gang, gangs, node_name, pod_key
+from rackscale.kube.pods import Gang, gangs, node_name, pod_key, pod_request
 from rackscale.kube.preemption import EvictionBook, Evictor, core_time, started_wall, victim_job
 from rackscale.kube.report import Reporter
 from rackscale.kube.schedules import DeploymentScaler
-from rackscale.kube.snapshot import Snapshot, build_snapshot, cluster_index, node_key, with_node
+from rackscale.kube.snapshot import (
+    Snapshot,
+    Victim,
+    build_snapshot,
+    cluster_index,
+    node_key,
+    reserve_nominated,
+    with_node,
+)
 from rackscale.kube.undo import UndoBook
 from rackscale.kube.watch import Item, Watcher
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster, NodeDecl
 from rackscale.model.workload import JobSpec, PreemptionPolicy
 from rackscale.scheduler import PendingQueue, ResourceScheduler
-from rackscale.scheduler.decisions import Decisions, Preemption
+from rackscale.scheduler.decisions import Decisions, Preemption, PreemptionCause
 
 __all__ = ["KubeScheduler", "KubeSchedulerConfig", "Stats", "cluster_index"]
 
@@ -272,14 +280,15 @@ class KubeScheduler:
         """The allocation as the cache shows it: every live pod bound to a node holds its requests there."""
         return self.snapshot(cluster).state
 
-    def snapshot(self, cluster: GPUCluster) -> Snapshot:
-        """:meth:`build_state`, with rackscale's running gangs as the jobs a preemption may stop (and their pods)."""
+    def snapshot(self, cluster: GPUCluster, *, owed: Iterable[tuple[str, Iterable[tuple[str, int]]]] = ()) -> Snapshot:
+        """:meth:`build_state`, with rackscale's running gangs as the jobs a preemption may stop (and their pods),
+        and the room ``owed`` to gangs waiting for their victims kept from every other job."""
         sched = self.config.scheduler_name
 
         def victim(key: str, pod: Mapping[str, Any]) -> str | None:
             return None if self.undo.undoing(key, pod) else victim_job(pod, scheduler=sched)
 
-        return build_snapshot(
+        snap = build_snapshot(
             cluster,
             nodes=self.nodes,
             pods=self.pods,
@@ -288,6 +297,9 @@ class KubeScheduler:
             victim_job=victim if self.config.preemption else lambda key, pod: None,
             started=core_time(started_wall, wall_now=self.wall(), core_now=self.clock() - self._t0),
         )
+        for job, nominated in owed:
+            reserve_nominated(snap.state, job, nominated)
+        return snap
 
     def cycle(self) -> int:
         """One scheduling cycle over the cache. Returns the number of pods bound."""
@@ -339,12 +351,14 @@ class KubeScheduler:
                 self.reporter.unschedulable(g.pending, "no nodes")
             self._attempt(AttemptResult.UNSCHEDULABLE, len(pending))
             return 0
-        snap = self.snapshot(cluster)
-        self._publish_use(snap.state, now, waiting=True)
         live = {g.job for g in pending}
-        self.evictions.prune(pending=live, pods=self.pods)
-        for job in self.evictions.adopt(pending, self.pods, now=now):
+        self.evictions.prune(pending=live)
+        gpus_of = self._gpus_of
+        for job in self.evictions.adopt(pending, self.pods, now=now, gpus_of=gpus_of):
             log.info("%s waits for the pods a preemption deleted for it before (read back from the API)", job)
+        waits = self.evictions.held(self.pods, now=now)
+        snap = self.snapshot(cluster, owed=self.evictions.owed(waits))
+        self._publish_use(snap.state, now, waiting=True)
         for job in list(self._first_seen):
             if job not in live:
                 del self._first_seen[job]
@@ -354,13 +368,33 @@ class KubeScheduler:
             gpu_resource=self.config.labels.gpu_resource,
             max_node_gpus=max(n.gpus for n in cluster.nodes),
             submitted=submitted,
-            held=self.undo.held() | self.evictions.held(self.pods, now=now),
+            held=self.undo.held() | waits,
         )
         for g, why in p.rejected:
             self.reporter.unschedulable(g.pending, why)
         self._attempt(AttemptResult.UNSCHEDULABLE, len(p.rejected))
+        bound = 0
+        ready = [j for j in self.evictions.ready(self.pods) if j in p.jobs]
+        if ready:
+            # The gangs whose victims are gone take the room they made first, on their own: in the cycle with
+            # everyone, a job first by fair share or age could take it (a recreated mover of equal priority).
+            first = PendingQueue(self._may_preempt(p.jobs[j][1], never=True) for j in ready)
+            d0 = self.sched.schedule(snap.state, first, now - self._t0)
+            for placed in d0.placed:
+                g, spec = p.jobs[placed.spec.name]
+                n = self.ledger.bind_gang(cluster, g, spec, placed.placement)
+                self._attempt(AttemptResult.SCHEDULED if n else AttemptResult.ERROR)
+                if n:
+                    bound_jobs.add(g.job)
+                bound += n
+            for j in ready:
+                self.evictions.forget(j)  # placed, or it waits (and may preempt) as any gang from now on
+                if j in bound_jobs:
+                    del p.jobs[j]
+            if bound:
+                snap = self.snapshot(cluster, owed=self.evictions.owed(waits))  # with what was just bound
         if not p.jobs:
-            return 0
+            return bound
         queue = PendingQueue((self._may_preempt(s) for _, s in p.jobs.values()), elastic=self.sched.profile.elastic)
         d = self.sched.schedule(snap.state, queue, now - self._t0)
         why_not = refusal(d, preemption=self.config.preemption, holders=snap.holders)
@@ -370,12 +404,13 @@ class KubeScheduler:
             self._attempt(AttemptResult.ERROR, len(d.placed))  # decided, not carried out
             self._attempt(AttemptResult.UNSCHEDULABLE, len(d.pending))
             log.error("not carrying out this cycle's decisions: %s, which rackscale does not do to pods", why_not)
-            return 0
+            return bound
         # A cycle that preempts binds nothing where its victims ran: they hold their GPUs until they are gone.
         held, preemptors = self._preempt(d, p, snap, cluster) if d.preemptions else (set(), set())
-        bound = 0
         seen: set[str] = set()
         for placed in d.placed:
+            if placed.moved:
+                continue  # a gang consolidation moves: its controller recreates its pods, placed on a later cycle
             seen.add(placed.spec.name)
             if placed.spec.name in preemptors:
                 self._attempt(AttemptResult.UNSCHEDULABLE)  # as kube-scheduler counts an attempt that preempted
@@ -394,7 +429,7 @@ class KubeScheduler:
             g, _ = p.jobs[w.spec.name]
             why = f"{w.status.reason.value}: {w.status.message}"
             if n_victims := self.evictions.waiting_for(g.job, self.pods):
-                why = f"waiting for {n_victims} preempted pod(s) of lower priority to terminate ({why})"
+                why = f"waiting for {n_victims} pod(s) stopped for it to terminate ({why})"
             self.reporter.unschedulable(g.pending, why)
         self._attempt(AttemptResult.UNSCHEDULABLE, len(d.pending))
         if d.not_examined_status is not None:
@@ -404,12 +439,18 @@ class KubeScheduler:
                     self.reporter.unschedulable(g.pending, f"{st.reason.value}: {st.message}")
         return bound
 
-    def _may_preempt(self, spec: JobSpec) -> JobSpec:
+    def _gpus_of(self, pod: Mapping[str, Any]) -> int:
+        try:
+            return pod_request(pod, self.config.labels.gpu_resource).gpus
+        except ValueError:
+            return 0
+
+    def _may_preempt(self, spec: JobSpec, *, never: bool = False) -> JobSpec:
         """``spec``, kept from preempting while pods deleted for it are still there (it would stop more for the
-        same room), or when preemption is off."""
+        same room), when preemption is off, or with ``never``."""
         if spec.preemption_policy is PreemptionPolicy.NEVER:
             return spec
-        if not self.config.preemption or self.evictions.waiting_for(spec.name, self.pods):
+        if never or not self.config.preemption or self.evictions.waiting_for(spec.name, self.pods):
             return dataclasses.replace(spec, preemption_policy=PreemptionPolicy.NEVER)
         return spec
 
@@ -423,30 +464,37 @@ class KubeScheduler:
         held: set[str] = set()
         now = self.clock()
         for job, victims in stops.items():
-            deleted = []
+            deleted: list[Victim] = []
             for s in victims:
-                self.stats.victims += 1
+                self.stats.victims[s.cause] += 1
+                moved = s.cause is PreemptionCause.CONSOLIDATION
                 for v in snap.holders[s.victim]:
                     held.add(v.node)
-                    why = (
-                        f"Preempted by {self.config.scheduler_name}: a waiting gang of higher priority needs its "
-                        f"GPUs ({s.reason})"
-                    )
-                    if self.evictor.evict(v, why=why):
+                    if moved:
+                        why = (
+                            f"Moved by {self.config.scheduler_name} to free a rack whole for a waiting gang: its "
+                            f"controller recreates it, and it is placed again ({s.reason})"
+                        )
+                    else:
+                        why = (
+                            f"Preempted by {self.config.scheduler_name}: a waiting gang of higher priority needs "
+                            f"its GPUs ({s.reason})"
+                        )
+                    if self.evictor.evict(v, why=why, moved=moved):
                         deleted.append(v)
                         self.stats.preempted_pods += 1
                     else:
                         self.stats.preemption_errors += 1
             self.stats.preemptions += 1
-            self.evictions.record(job, deleted, now=now)
-            log.info("%s preempts %d gang(s), %d pod(s) deleted", job, len(victims), len(deleted))
             g, spec = p.jobs[job]
             x = placed.get(job)
             plan_ = assignments(cluster, spec, x.placement, g.pending) if x is not None else []
+            self.evictions.record(job, deleted, now=now, nominated=[(a.node, spec.unit.gpus) for a in plan_])
+            log.info("%s preempts %d gang(s), %d pod(s) deleted", job, len(victims), len(deleted))
             self.evictor.nominate(
                 ((a.pod, a.node) for a in plan_),
-                message=f"preempting {len(deleted)} pod(s) of lower priority ({victims[0].reason}); waiting for them "
-                "to terminate",
+                message=f"{'moving' if victims[0].cause is PreemptionCause.CONSOLIDATION else 'preempting'} "
+                f"{len(deleted)} pod(s) ({victims[0].reason}); waiting for them to terminate",
             )
         self._dirty = True
         return held, set(stops)

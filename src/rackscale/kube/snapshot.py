@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from rackscale.host.parts import NodeState
 from rackscale.kube.cluster import LabelKeys
 from rackscale.kube.health import node_health
-from rackscale.kube.pods import PodRequest, is_terminated, pod_request, priority
+from rackscale.kube.pods import PodRequest, has_controller, is_terminated, pod_request, priority
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster
@@ -65,6 +65,7 @@ class _Running:
     priority: int
     queue: str
     started: float
+    movable: bool  # every pod has a controller (a Job, a StatefulSet...) that recreates it once deleted
     per_node: dict[int, list[int]] = field(default_factory=dict)
     pods: list[Victim] = field(default_factory=list)
 
@@ -125,8 +126,10 @@ def build_snapshot(
                     priority=priority(pod),
                     queue=str(md.get("namespace", "default")),
                     started=started(pod),
+                    movable=True,
                 )
             r.priority, r.started = max(r.priority, priority(pod)), min(r.started, started(pod))
+            r.movable = r.movable and has_controller(pod)
             held = r.per_node.setdefault(n, [0, 0, 0])
             held[0] += req.gpus
             held[1] += req.cpu_milli
@@ -150,7 +153,15 @@ def build_snapshot(
         allocs = tuple(a for n, (g, c, m) in sorted(r.per_node.items()) if (a := _alloc(state, n, g, c, m)) is not None)
         if not allocs:
             continue
-        spec = batch(job, gpus=r.unit_gpus, tasks=len(r.pods), priority=r.priority, queue=r.queue, preemptible=True)
+        spec = batch(
+            job,
+            gpus=r.unit_gpus,
+            tasks=len(r.pods),
+            priority=r.priority,
+            queue=r.queue,
+            preemptible=True,
+            movable=r.movable,  # consolidation stops only what its controller brings back
+        )
         state.allocate(spec, Placement(job, allocs, len(r.pods)), now=r.started, health=False)
         holders[job] = tuple(r.pods)
     for node in nodes.values():
@@ -176,3 +187,18 @@ def _alloc(state: ClusterState, n: int, gpus: int, cpu_milli: int, memory_mib: i
     if g == 0 and cpu == 0 and mem == 0:
         return None
     return NodeAlloc(n, state.whole_free_gpus(n, g) if g else (), cpu_milli=cpu, memory_mib=mem)
+
+
+def reserve_nominated(state: ClusterState, job: str, nominated: Iterable[tuple[str, int]]) -> None:
+    """Keep the free whole GPUs of ``nominated`` (node name, GPUs) from any other job: a placeholder that nobody
+    may stop holds what is free there now, up to what the waiting gang ``job`` is owed on each node (as its
+    victims terminate, later snapshots hold their GPUs too)."""
+    index = {n.name: n.index for n in state.cluster.nodes}
+    per: dict[int, int] = {}
+    for node, gpus in nominated:
+        if node in index:
+            per[index[node]] = per.get(index[node], 0) + gpus
+    allocs = tuple(a for n, g in sorted(per.items()) if (a := _alloc(state, n, g, 0, 0)) is not None)
+    if allocs:
+        spec = batch(f"nominated:{job}", gpus=sum(len(a.gpus) for a in allocs), preemptible=False)
+        state.allocate(spec, Placement(spec.name, allocs, 1), now=0.0, health=False)
