@@ -387,9 +387,10 @@ class KubeScheduler:
                 if n:
                     bound_jobs.add(g.job)
                 bound += n
+            tried = {x.spec.name for x in d0.placed}  # bound, or its bind failed: not tried twice in one cycle
             for j in ready:
                 self.evictions.forget(j)  # placed, or it waits (and may preempt) as any gang from now on
-                if j in bound_jobs:
+                if j in tried:
                     del p.jobs[j]
             if bound:
                 snap = self.snapshot(cluster, owed=self.evictions.owed(waits))  # with what was just bound
