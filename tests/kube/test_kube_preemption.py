@@ -92,6 +92,20 @@ def _cycles(s: KubeScheduler, n: int) -> None:
     wait_for(lambda: s.stats.cycles >= at + n, what=f"{n} more cycles")
 
 
+def _low_and_mid(fake: FakeAPIServer, start_scheduler: Start) -> KubeScheduler:
+    """Two racks of two 8-GPU nodes, the fake deleting gracefully: gang "low" (2 x 8, priority 10) bound on one
+    rack, then pod "mid" (8, priority 20) on the other; the scheduler that bound them."""
+    fake.graceful_deletes = True
+    add_racks(fake, racks=2, nodes=2)
+    for i in range(2):
+        fake.put("pods", pod(f"low-{i}", group="low", min_member=2, priority=10))
+    s = start_scheduler()
+    wait_for(lambda: len(fake.binds) == 2, what="low bound")
+    fake.put("pods", pod("mid-0", priority=20))
+    wait_for(lambda: len(fake.binds) == 3, what="mid bound")
+    return s
+
+
 def test_a_higher_priority_gang_preempts_the_cheapest_gang_waits_for_it_then_runs_there(
     fake: FakeAPIServer, start_scheduler: Start
 ) -> None:
@@ -103,14 +117,7 @@ def test_a_higher_priority_gang_preempts_the_cheapest_gang_waits_for_it_then_run
     both its pods at once, waits while they terminate (their grace period) and preempts no one else meanwhile,
     then is bound on r0-n0 and r0-n1.
     """
-    fake.graceful_deletes = True
-    add_racks(fake, racks=2, nodes=2)
-    for i in range(2):
-        fake.put("pods", pod(f"low-{i}", group="low", min_member=2, priority=10))
-    s = start_scheduler()
-    wait_for(lambda: len(fake.binds) == 2, what="low bound")
-    fake.put("pods", pod("mid-0", priority=20))
-    wait_for(lambda: len(fake.binds) == 3, what="mid bound")
+    s = _low_and_mid(fake, start_scheduler)
     assert bound_to(fake, "default/mid-0") in ("r1-n0", "r1-n1")  # low took one rack whole
     low = {k: fake.get("pods", k) for k in ("default/low-0", "default/low-1")}
     for i in range(2):
@@ -248,14 +255,7 @@ def test_a_new_leader_reads_a_preemption_in_flight_back_and_preempts_no_more(
     rack clique-0: r0-n0 [low-0] r0-n1 [low-1]   (priority 10, terminating)
     rack clique-1: r1-n0 [mid-0] r1-n1 [free]    (priority 20)
     """
-    fake.graceful_deletes = True
-    add_racks(fake, racks=2, nodes=2)
-    for i in range(2):
-        fake.put("pods", pod(f"low-{i}", group="low", min_member=2, priority=10))
-    first = start_scheduler()
-    wait_for(lambda: len(fake.binds) == 2, what="low bound")
-    fake.put("pods", pod("mid-0", priority=20))
-    wait_for(lambda: len(fake.binds) == 3, what="mid bound")
+    first = _low_and_mid(fake, start_scheduler)
     for i in range(2):
         fake.put("pods", pod(f"high-{i}", group="high", min_member=2, priority=1000))
     wait_for(lambda: len(fake.deletes) == 2, what="low preempted")

@@ -270,16 +270,21 @@ def test_a_big_cluster_shows_an_aggregate_and_pages_of_grids(tmp_path: Path, pag
 
 
 # ---------------------------------------------------------------------- auth on
-def test_with_auth_the_page_asks_for_a_token_and_then_works(tmp_path: Path, page: Any) -> None:
+def _ops_and_team_a(tmp_path: Path) -> ServiceConfig:
+    """A fast service with two tokens: ops (admin, ADMIN) and team-a (tenant of team-a, TEAM_A)."""
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(
         "tokens:\n"
         f"  - {{name: ops, role: admin, token: {ADMIN}}}\n"
         f"  - {{name: team-a, role: tenant, queues: [team-a], token: {TEAM_A}}}\n"
     )
-    cfg = ServiceConfig(
+    return ServiceConfig(
         data_dir=tmp_path / "data", cluster=small_cluster(), speed=1000.0, interval_s=0.01, tokens_file=tokens
     )
+
+
+def test_with_auth_the_page_asks_for_a_token_and_then_works(tmp_path: Path, page: Any) -> None:
+    cfg = _ops_and_team_a(tmp_path)
     with serve_in_thread(cfg) as live:
         submit(live.client(TEAM_A), name="mine", kind="training", gpus=4)
         submit(live.client(ADMIN), name="theirs", kind="training", gpus=4)  # not team-a's: a grey "other"
@@ -322,15 +327,7 @@ def test_a_links_token_never_replaces_the_tabs_without_a_yes(tmp_path: Path, pag
     the attacker's jobs as the victim's own). Now the page asks, naming both identities, and
     uses the link's token for nothing but that question until the user says yes; the header always says
     who the page is signed in as."""
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text(
-        "tokens:\n"
-        f"  - {{name: ops, role: admin, token: {ADMIN}}}\n"
-        f"  - {{name: team-a, role: tenant, queues: [team-a], token: {TEAM_A}}}\n"
-    )
-    cfg = ServiceConfig(
-        data_dir=tmp_path / "data", cluster=small_cluster(), speed=1000.0, interval_s=0.01, tokens_file=tokens
-    )
+    cfg = _ops_and_team_a(tmp_path)
     with serve_in_thread(cfg) as live:
         submit(live.client(TEAM_A), name="mine", kind="training", gpus=4)
         submit(live.client(ADMIN), name="theirs", kind="training", gpus=4)
