@@ -27,16 +27,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from kubernetes import client
 
-from rackscale.kube.binding import delete_pod
+from rackscale.kube.binding import assignments, delete_pod
+from rackscale.kube.config import Stats
 from rackscale.kube.pods import POD_GROUP, Gang, is_terminated, node_name, pod_annotations, priority, scheduler_name
 from rackscale.kube.report import Reporter
 from rackscale.kube.snapshot import Victim
+from rackscale.model.topology import GPUCluster
+from rackscale.model.workload import JobSpec, PreemptionPolicy
+from rackscale.scheduler.decisions import Decisions, Preemption, PreemptionCause
 
 log = logging.getLogger("rackscale.kube")
 
@@ -241,3 +245,63 @@ def core_time(
         return core_now if w is None else core_now - max(0.0, wall_now - w)
 
     return started
+
+
+def carry_out(
+    d: Decisions,
+    jobs: Mapping[str, tuple[Gang, JobSpec]],
+    holders: Mapping[str, tuple[Victim, ...]],
+    cluster: GPUCluster,
+    *,
+    evictor: Evictor,
+    book: EvictionBook,
+    stats: Stats,
+    component: str,
+    now: float,
+) -> tuple[set[str], set[str]]:
+    """Delete the victims of the cycle's stops ``d.preemptions`` (by priority, or consolidation's moves), record
+    them for their waiting gang (``jobs``: the cycle's, by name) and nominate its pods to their planned nodes.
+    Returns the nodes the victims ran on (nothing is bound there this cycle) and the waiting gangs."""
+    stops: dict[str, list[Preemption]] = {}
+    for s in d.preemptions:
+        stops.setdefault(s.preemptor, []).append(s)
+    placed = {x.spec.name: x for x in d.placed}
+    held: set[str] = set()
+    for job, victims in stops.items():
+        deleted: list[Victim] = []
+        for s in victims:
+            stats.victims[s.cause] += 1
+            moved = s.cause is PreemptionCause.CONSOLIDATION
+            if moved:
+                why = (
+                    f"Moved by {component} to free a rack whole for a waiting gang: its controller recreates it, "
+                    f"and it is placed again ({s.reason})"
+                )
+            else:
+                why = f"Preempted by {component}: a waiting gang of higher priority needs its GPUs ({s.reason})"
+            for v in holders[s.victim]:
+                held.add(v.node)
+                if evictor.evict(v, why=why, moved=moved):
+                    deleted.append(v)
+                    stats.preempted_pods += 1
+                else:
+                    stats.preemption_errors += 1
+        stats.preemptions += 1
+        g, spec = jobs[job]
+        x = placed.get(job)
+        plan = assignments(cluster, spec, x.placement, g.pending) if x is not None else []
+        book.record(job, deleted, now=now, nominated=[(a.node, spec.unit.gpus) for a in plan])
+        log.info("%s preempts %d gang(s), %d pod(s) deleted", job, len(victims), len(deleted))
+        doing = "moving" if victims[0].cause is PreemptionCause.CONSOLIDATION else "preempting"
+        evictor.nominate(
+            ((a.pod, a.node) for a in plan),
+            message=f"{doing} {len(deleted)} pod(s) ({victims[0].reason}); waiting for them to terminate",
+        )
+    return held, set(stops)
+
+
+def may_preempt(spec: JobSpec, *, allowed: bool) -> JobSpec:
+    """``spec`` as the cycle takes it: kept from preempting (``preemptionPolicy: Never``) unless ``allowed``."""
+    if allowed or spec.preemption_policy is PreemptionPolicy.NEVER:
+        return spec
+    return replace(spec, preemption_policy=PreemptionPolicy.NEVER)

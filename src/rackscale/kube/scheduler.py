@@ -14,7 +14,6 @@ Only the leader (see :mod:`rackscale.kube.leader`) schedules; every instance kee
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import threading
@@ -26,7 +25,7 @@ from typing import Any
 from kubernetes import client
 
 from rackscale.host.scaling import ScalingSchedule
-from rackscale.kube.binding import GangBinder, assignments
+from rackscale.kube.binding import GangBinder
 from rackscale.kube.cluster import build_cluster, topology_signature
 from rackscale.kube.config import KubeSchedulerConfig, Stats
 from rackscale.kube.leader import LeaderElector
@@ -35,12 +34,19 @@ from rackscale.kube.mechanisms import WHY_OFF, kube_profile, refusal
 from rackscale.kube.observed import AttemptResult, GpuUse, Waiting, gpu_use, waiting
 from rackscale.kube.planning import Plan, plan
 from rackscale.kube.pods import Gang, gangs, node_name, pod_key, pod_request
-from rackscale.kube.preemption import EvictionBook, Evictor, core_time, started_wall, victim_job
+from rackscale.kube.preemption import (
+    EvictionBook,
+    Evictor,
+    carry_out,
+    core_time,
+    may_preempt,
+    started_wall,
+    victim_job,
+)
 from rackscale.kube.report import Reporter
 from rackscale.kube.schedules import DeploymentScaler
 from rackscale.kube.snapshot import (
     Snapshot,
-    Victim,
     build_snapshot,
     cluster_index,
     node_key,
@@ -51,9 +57,9 @@ from rackscale.kube.undo import UndoBook
 from rackscale.kube.watch import Item, Watcher
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster, NodeDecl
-from rackscale.model.workload import JobSpec, PreemptionPolicy
+from rackscale.model.workload import JobSpec
 from rackscale.scheduler import PendingQueue, ResourceScheduler
-from rackscale.scheduler.decisions import Decisions, Preemption, PreemptionCause
+from rackscale.scheduler.decisions import Decisions
 
 __all__ = ["KubeScheduler", "KubeSchedulerConfig", "Stats", "cluster_index"]
 
@@ -449,56 +455,23 @@ class KubeScheduler:
     def _may_preempt(self, spec: JobSpec, *, never: bool = False) -> JobSpec:
         """``spec``, kept from preempting while pods deleted for it are still there (it would stop more for the
         same room), when preemption is off, or with ``never``."""
-        if spec.preemption_policy is PreemptionPolicy.NEVER:
-            return spec
-        if never or not self.config.preemption or self.evictions.waiting_for(spec.name, self.pods):
-            return dataclasses.replace(spec, preemption_policy=PreemptionPolicy.NEVER)
-        return spec
+        allowed = not never and self.config.preemption and not self.evictions.waiting_for(spec.name, self.pods)
+        return may_preempt(spec, allowed=allowed)
 
     def _preempt(self, d: Decisions, p: Plan, snap: Snapshot, cluster: GPUCluster) -> tuple[set[str], set[str]]:
-        """Delete the victims of the cycle's preemptions and nominate each preemptor's pods to their planned
-        nodes. Returns the nodes the victims ran on (nothing is bound there this cycle) and the preemptors."""
-        stops: dict[str, list[Preemption]] = {}
-        for s in d.preemptions:
-            stops.setdefault(s.preemptor, []).append(s)
-        placed = {x.spec.name: x for x in d.placed}
-        held: set[str] = set()
-        now = self.clock()
-        for job, victims in stops.items():
-            deleted: list[Victim] = []
-            for s in victims:
-                self.stats.victims[s.cause] += 1
-                moved = s.cause is PreemptionCause.CONSOLIDATION
-                for v in snap.holders[s.victim]:
-                    held.add(v.node)
-                    if moved:
-                        why = (
-                            f"Moved by {self.config.scheduler_name} to free a rack whole for a waiting gang: its "
-                            f"controller recreates it, and it is placed again ({s.reason})"
-                        )
-                    else:
-                        why = (
-                            f"Preempted by {self.config.scheduler_name}: a waiting gang of higher priority needs "
-                            f"its GPUs ({s.reason})"
-                        )
-                    if self.evictor.evict(v, why=why, moved=moved):
-                        deleted.append(v)
-                        self.stats.preempted_pods += 1
-                    else:
-                        self.stats.preemption_errors += 1
-            self.stats.preemptions += 1
-            g, spec = p.jobs[job]
-            x = placed.get(job)
-            plan_ = assignments(cluster, spec, x.placement, g.pending) if x is not None else []
-            self.evictions.record(job, deleted, now=now, nominated=[(a.node, spec.unit.gpus) for a in plan_])
-            log.info("%s preempts %d gang(s), %d pod(s) deleted", job, len(victims), len(deleted))
-            self.evictor.nominate(
-                ((a.pod, a.node) for a in plan_),
-                message=f"{'moving' if victims[0].cause is PreemptionCause.CONSOLIDATION else 'preempting'} "
-                f"{len(deleted)} pod(s) ({victims[0].reason}); waiting for them to terminate",
-            )
+        """Carry out the cycle's stops (:func:`rackscale.kube.preemption.carry_out`); look again soon."""
         self._dirty = True
-        return held, set(stops)
+        return carry_out(
+            d,
+            p.jobs,
+            snap.holders,
+            cluster,
+            evictor=self.evictor,
+            book=self.evictions,
+            stats=self.stats,
+            component=self.config.scheduler_name,
+            now=self.clock(),
+        )
 
 
 def _hostname() -> str:
