@@ -1,6 +1,7 @@
-"""Priority preemption under Kubernetes: which running pods may be stopped, stopping them, and the wait.
+"""Stopping running gangs under Kubernetes: which pods may be stopped, stopping them, and the wait.
 
-What kube-scheduler's DefaultPreemption does for a pod, done for a gang:
+What kube-scheduler's DefaultPreemption does for a pod, done for a gang; and KAI-Scheduler's consolidation
+(the core's ``consolidate`` action moves small gangs out of a rack for a waiting one), stopped the same way:
 
 - **Victims** are the pods of rackscale's own running gangs, a gang's pods together (stopping one member stops
   the gang's work; :func:`victim_job`). Pods of other schedulers are never victims: their scheduler would put
@@ -8,7 +9,8 @@ What kube-scheduler's DefaultPreemption does for a pod, done for a gang:
   own pods only), and which of them may go is its business. Nor are pods already being deleted, pods a
   DaemonSet owns (recreated on the same node whatever any scheduler says) and static pods (their kubelet
   recreates them). The core chooses among them: the fewest and cheapest of lower priority, rack by rack
-  (:class:`rackscale.scheduler.preemption.CheapestVictims`).
+  (:class:`rackscale.scheduler.preemption.CheapestVictims`); consolidation moves only gangs whose every pod has
+  a controller (``JobSpec.movable``, read in :mod:`rackscale.kube.snapshot`).
 - **Stopping** one (:class:`Evictor`): its ``DisruptionTarget`` condition (reason ``PreemptionByScheduler``,
   what a Job's ``podFailurePolicy`` matches), then a DELETE with its UID as precondition and no grace period of
   ours, so the pod gets its own ``terminationGracePeriodSeconds`` to save its work on SIGTERM; then a
@@ -18,9 +20,11 @@ What kube-scheduler's DefaultPreemption does for a pod, done for a gang:
   that cycle where they ran; each preemptor pod is nominated to its planned node (``status.nominatedNodeName``)
   and told why it waits. While a victim deleted for it is still there, the gang is placed nowhere else (for at
   most the victims' grace period and :data:`HOLD_MARGIN_S`) and preempts no one else (a second cycle would
-  otherwise stop more pods for the same room); once they are gone it is placed like any gang, first in
-  priority order, and may preempt again only if the room went to someone else meanwhile. A new leader reads
-  a preemption in flight back from the pods (:meth:`EvictionBook.adopt`), as kube-scheduler does.
+  otherwise stop more pods for the same room). Meanwhile the room it is nominated to is kept from every other
+  job (:meth:`EvictionBook.owed`, a placeholder in the snapshot); once its victims are gone it is placed
+  first, on its own (:meth:`EvictionBook.ready`), and may preempt again only if the room went to someone else
+  meanwhile. A new leader reads a preemption in flight back from the pods (:meth:`EvictionBook.adopt`), as
+  kube-scheduler does.
 """
 
 from __future__ import annotations
