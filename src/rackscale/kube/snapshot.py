@@ -93,9 +93,9 @@ def build_snapshot(
     started: Callable[[Obj], float] = lambda pod: 0.0,
 ) -> Snapshot:
     """Every live pod that holds a node (``where`` says which: its nodeName, or one we bound or are undoing
-    that the watch has not shown yet) holds its requests there, in its namespace's queue. A node that takes no new pods
-    (:func:`rackscale.kube.health.node_health`: not Ready, cordoned, tainted) is failed, and so are the
-    GPUs its capacity counts above its allocatable.
+    that the watch has not shown yet) holds its requests there, in its namespace's queue. A node that takes no
+    new pods (:func:`rackscale.kube.health.node_health`) is cordoned (``spec.unschedulable``) or failed (not
+    Ready, tainted), and so are the GPUs its capacity counts above its allocatable.
 
     ``victim_job`` names the preemptible running job a pod belongs to (a gang's pods are one job: a preemption
     deletes all of them), or None for a pod that no preemption may delete; such a pod is a job of its own
