@@ -14,7 +14,7 @@ from tests.kube.fake_apiserver import FakeAPIServer
 from tests.kube.faults import Fault, pod_path
 
 from rackscale.cli.kube_metrics import kube_registry
-from rackscale.kube.preemption import HOLD_MARGIN_S, EvictionBook, grace_s, victim_job
+from rackscale.kube.preemption import HOLD_MARGIN_S, EvictionBook, grace_s, started_wall, victim_job
 from rackscale.kube.scheduler import KubeScheduler
 from rackscale.kube.snapshot import Victim
 from rackscale.scheduler.decisions import PreemptionCause
@@ -49,14 +49,33 @@ def test_which_running_pods_may_be_victims(p: Obj, job: str | None) -> None:
 
 @pytest.mark.parametrize(
     ("grace", "want"),
-    [(None, 30.0), (0, 0.0), (600, 600.0), (-1, 30.0), ("60", 30.0), (True, 30.0)],
-    ids=["default", "zero", "long", "negative", "a-string", "a-bool"],
+    [(None, 30.0), (0, 0.0), (600, 600.0), (-1, 30.0), ("60", 30.0), (True, 30.0), (10**400, 30.0), (2**63, 30.0)],
+    ids=["default", "zero", "long", "negative", "a-string", "a-bool", "400-digits", "past-int64"],
 )
 def test_the_grace_period_read_from_a_victim(grace: object, want: float) -> None:
     p = pod("v", node_name="n")
     if grace is not None:
         p["spec"]["terminationGracePeriodSeconds"] = grace
     assert grace_s(p) == want
+
+
+@pytest.mark.parametrize(
+    ("start", "want"),
+    [
+        ("2026-01-01T00:00:00Z", 1767225600.0),
+        ("x\x00", None),
+        ("\ud800", None),
+        (12345, None),
+        ("9" * 5000, None),
+        ("9999-12-31T23:59:59+00:00", 253402300799.0),
+    ],
+    ids=["a-time", "nul", "surrogate", "a-number", "huge", "the-last-second"],
+)
+def test_a_victims_start_time_read_from_hostile_values(start: object, want: float | None) -> None:
+    p = pod("v", node_name="n")
+    p["status"]["startTime"] = start
+    p["metadata"].pop("creationTimestamp", None)
+    assert started_wall(p) == want
 
 
 def test_a_preemptor_is_held_while_its_victims_terminate_and_no_longer() -> None:

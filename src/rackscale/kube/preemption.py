@@ -76,7 +76,7 @@ def started_wall(pod: Obj) -> float | None:
         if isinstance(raw, str):
             try:
                 return datetime.fromisoformat(raw).timestamp()
-            except ValueError:
+            except (ValueError, OverflowError):  # not a time; or one no timestamp holds
                 continue
     return None
 
@@ -109,12 +109,15 @@ def _present(v: Victim, pods: Mapping[str, Obj]) -> bool:
 # (a kubelet's last SIGKILL and the watch's report take a moment; a finaliser may hold a pod for ever).
 HOLD_MARGIN_S = 30.0
 DEFAULT_GRACE_S = 30  # a pod's terminationGracePeriodSeconds when it gives none (the API server's default)
+INT64_MAX = 2**63 - 1  # the field's type: beyond it (hostile JSON), float() would overflow mid-cycle
 
 
 def grace_s(pod: Obj) -> float:
-    """The pod's ``terminationGracePeriodSeconds`` (a wrong type or a negative value: the default)."""
+    """The pod's ``terminationGracePeriodSeconds`` (a wrong type, or a value no int64 holds as the API server's
+    field does: the default)."""
     g = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
-    return float(g) if isinstance(g, int) and not isinstance(g, bool) and g >= 0 else float(DEFAULT_GRACE_S)
+    ok = isinstance(g, int) and not isinstance(g, bool) and 0 <= g <= INT64_MAX
+    return float(g) if ok else float(DEFAULT_GRACE_S)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
