@@ -14,7 +14,7 @@ from tests.kube.fake_apiserver import FakeAPIServer
 from rackscale.kube.cluster import LabelKeys, build_cluster, topology_signature
 from rackscale.kube.health import node_health
 from rackscale.kube.scheduler import KubeScheduler
-from rackscale.kube.snapshot import build_state
+from rackscale.kube.snapshot import build_snapshot
 
 GPU = "nvidia.com/gpu"
 Start = Callable[..., KubeScheduler]
@@ -95,9 +95,9 @@ def test_node_objects_map_to_health(
 def snapshot(nodes: list[Obj]) -> tuple[Any, Any]:
     keys = LabelKeys()
     c = build_cluster(topology_signature(nodes, keys), keys)
-    return c, build_state(
+    return c, build_snapshot(
         c, nodes={n["metadata"]["name"]: n for n in nodes}, pods={}, where=lambda k, p: None, labels=keys
-    )
+    ).state
 
 
 def test_the_snapshot_fails_unhealthy_nodes_and_unallocatable_gpus_without_shrinking_the_model() -> None:

@@ -43,6 +43,10 @@ def _timestamp() -> str:
     return micro_time(datetime.now(UTC)).split(".")[0] + "Z"
 
 
+def _unschedulable(message: str) -> dict[str, Any]:
+    return _condition("PodScheduled", "False", "Unschedulable", message)
+
+
 def _condition(typ: str, status: str, reason: str, message: str) -> dict[str, Any]:
     return {
         "type": typ,
@@ -85,19 +89,25 @@ class Reporter:
                 continue  # the message moves (counts, times): do not write on every cycle
             self.failed(pod, message, reason=EventReason.FAILED_SCHEDULING)
 
-    def failed(self, pod: Obj, message: str, *, reason: EventReason, condition: bool = True) -> None:
-        """Tell ``pod`` now (no de-duplication), and remember it so the next cycles do not repeat it at once."""
+    def failed(
+        self,
+        pod: Obj,
+        message: str,
+        *,
+        reason: EventReason,
+        condition: bool = True,
+        status: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Tell ``pod`` now (no de-duplication), and remember it so the next cycles do not repeat it at once.
+        ``status``: other fields patched with the condition, in the same request."""
         self.reported[self.uid(pod)] = (message, self.clock())
         self.event(pod, EventType.WARNING, reason, message)
         if condition:
-            self.condition(pod, message)
+            self._patch_status(pod, {**(status or {}), "conditions": [_unschedulable(message)]})
 
     def forget(self, pod: Obj) -> None:
         """The pod is bound: a later problem is news again."""
         self.reported.pop(self.uid(pod), None)
-
-    def condition(self, pod: Obj, message: str) -> None:
-        self._patch_status(pod, {"conditions": [_condition("PodScheduled", "False", "Unschedulable", message)]})
 
     def disruption(self, pod: Obj, message: str) -> None:
         """The ``DisruptionTarget`` condition of a victim about to be deleted, as kube-scheduler sets it (a Job's
@@ -110,9 +120,9 @@ class Reporter:
         self.event(pod, EventType.NORMAL, EventReason.PREEMPTED, message)
 
     def nominate(self, pod: Obj, node: str, message: str) -> None:
-        """``status.nominatedNodeName`` of a pod waiting for its victims, and why it waits (told now)."""
-        self._patch_status(pod, {"nominatedNodeName": node})
-        self.failed(pod, message, reason=EventReason.FAILED_SCHEDULING)
+        """``status.nominatedNodeName`` of a pod waiting for its victims, and why it waits (told now): one status
+        patch with its condition."""
+        self.failed(pod, message, reason=EventReason.FAILED_SCHEDULING, status={"nominatedNodeName": node})
 
     def _patch_status(self, pod: Obj, status: dict[str, Any]) -> None:
         md = pod["metadata"]

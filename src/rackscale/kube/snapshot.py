@@ -70,18 +70,6 @@ class _Running:
     pods: list[Victim] = field(default_factory=list)
 
 
-def build_state(
-    cluster: GPUCluster,
-    *,
-    nodes: Mapping[str, Obj],
-    pods: Mapping[str, Obj],
-    where: Callable[[str, Obj], str | None],
-    labels: LabelKeys,
-) -> ClusterState:
-    """:func:`build_snapshot` with no preemptible job: every pod holds its requests, and nobody may stop it."""
-    return build_snapshot(cluster, nodes=nodes, pods=pods, where=where, labels=labels).state
-
-
 def build_snapshot(
     cluster: GPUCluster,
     *,
@@ -119,16 +107,17 @@ def build_snapshot(
             req, job = PodRequest(state.node_whole[n], state.cpu_free[n], state.mem_free[n]), None
         if job is not None:
             r = gathering.get(job)
+            began = started(pod)
             if r is None:
                 md = pod.get("metadata") or {}
                 r = gathering[job] = _Running(
                     unit_gpus=req.gpus,
                     priority=priority(pod),
                     queue=str(md.get("namespace", "default")),
-                    started=started(pod),
+                    started=began,
                     movable=True,
                 )
-            r.priority, r.started = max(r.priority, priority(pod)), min(r.started, started(pod))
+            r.priority, r.started = max(r.priority, priority(pod)), min(r.started, began)
             r.movable = r.movable and has_controller(pod)
             held = r.per_node.setdefault(n, [0, 0, 0])
             held[0] += req.gpus
