@@ -10,6 +10,8 @@ backbone hops 50 us::
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from rackscale.model import GPUCluster
@@ -22,6 +24,7 @@ from rackscale.network import (
     hop_latency_us,
     link_capacity_gbps,
     select_best_path,
+    tier_p99_latency_s,
 )
 
 
@@ -189,3 +192,23 @@ def test_link_load_returns_to_exactly_zero() -> None:
         load.remove_flow(link, 0.1)
     with pytest.raises(ValueError, match="non-negative"):
         load.add_flow(link, -1.0)
+
+
+LN100 = math.log(100.0)
+
+
+@pytest.mark.parametrize(
+    ("busiest", "want_us"),
+    [
+        pytest.param(0.0, {"nvlink": 1.0, "rdma": 5.0, "backbone": 50.0}, id="idle-fabric"),
+        pytest.param(0.5, {"nvlink": 1.0, "rdma": 5.0 * (1 + LN100), "backbone": 50.0 * (1 + LN100)}, id="half"),
+        pytest.param(
+            3.0, {"nvlink": 1.0, "rdma": 5.0 * (1 + 99 * LN100), "backbone": 50.0 * (1 + 99 * LN100)}, id="over"
+        ),
+    ],
+)
+def test_the_p99_of_a_tier_queues_behind_the_busiest_uplink(busiest: float, want_us: dict[str, float]) -> None:
+    """serve's and the Kubernetes scheduler's rackscale_network_latency_p99_seconds: latency x
+    (1 + ln(100) u / (1 - u)), u the busiest uplink's utilisation capped at 0.99; NVLink's load is not modelled."""
+    got = tier_p99_latency_s(GPUCluster.uniform(racks_per_region=2, nodes_per_rack=1), busiest)
+    assert got == pytest.approx({tier: us * 1e-6 for tier, us in want_us.items()})

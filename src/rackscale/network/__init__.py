@@ -18,7 +18,9 @@ from rackscale.network.paths import (
     PathChoice,
     get_low_latency_paths,
     hop_latency_us,
+    p99_latency_s,
     select_best_path,
+    tier_p99_latency_s,
 )
 from rackscale.network.traffic import COLLECTIVES, Flow, Tier, Traffic, traffic_for
 
@@ -40,7 +42,9 @@ __all__ = [
     "get_low_latency_paths",
     "hop_latency_us",
     "link_capacity_gbps",
+    "p99_latency_s",
     "rack_uplink_capacity_gbps",
     "select_best_path",
+    "tier_p99_latency_s",
     "traffic_for",
 ]

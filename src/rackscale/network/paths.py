@@ -25,12 +25,32 @@ from rackscale.model.topology import GPUCluster
 from rackscale.network.links import Link, LinkKind, LinkLoad, link_capacity_gbps
 
 QUEUE_CAP = 10.0  # a loaded hop is at most this many times slower than an idle one
+P99_UTILISATION_CAP = 0.99  # the p99 model's busiest link is taken at most this loaded (a finite answer)
 
 
 def hop_latency_us(base_us: float, utilisation: float) -> float:
     """``base_us / (1 - u)`` with ``u`` clamped to ``[0, 1 - 1/QUEUE_CAP]``."""
     u = min(max(utilisation, 0.0), 1.0 - 1.0 / QUEUE_CAP)
     return base_us / (1.0 - u)
+
+
+def p99_latency_s(base_s: float, utilisation: float) -> float:
+    """A tier's latency plus queueing on its busiest link: M/M/1 waiting grows as u / (1 - u), and its p99 is
+    ln(100) times the mean, taking the tier's latency as the service time (``u`` clamped to [0, 0.99])."""
+    util = min(max(utilisation, 0.0), P99_UTILISATION_CAP)
+    return base_s * (1.0 + math.log(100.0) * util / (1.0 - util))
+
+
+def tier_p99_latency_s(cluster: GPUCluster, busiest_uplink: float) -> dict[str, float]:
+    """The modelled p99 latency of each tier (``nvlink``, ``rdma``, ``backbone``), in seconds: NVLink unloaded
+    (its load is not modelled), the fabric tiers queued behind the busiest rack uplink's utilisation (what
+    ``rackscale_network_latency_p99_seconds`` exports, under ``rackscale serve`` and the Kubernetes scheduler)."""
+    t = cluster.tiers
+    return {
+        "nvlink": p99_latency_s(t.nvlink.latency_us * 1e-6, 0.0),
+        "rdma": p99_latency_s(t.rdma.latency_us * 1e-6, busiest_uplink),
+        "backbone": p99_latency_s(t.backbone.latency_us * 1e-6, busiest_uplink),
+    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from rackscale.model.placement import Placement
 from rackscale.model.topology import MILLI_PER_GPU, GPUCluster
 from rackscale.model.workload import JobSpec
 from rackscale.network.collectives import Layout
+from rackscale.network.paths import tier_p99_latency_s
 from rackscale.scheduler.cycles import CYCLE_SECONDS_BUCKETS
 from rackscale.service.live import Change
 from rackscale.service.metrics_text import CachedExposition
@@ -255,11 +256,8 @@ def _collect(
         "Modelled (not measured) p99 latency per link tier: its latency plus M/M/1 queueing on its busiest link.",
         ["tier"],
     )
-    busiest = max(loaded.values(), default=0.0)
-    t = c.tiers
-    tiers = {"nvlink": (t.nvlink, 0.0), "rdma": (t.rdma, busiest), "backbone": (t.backbone, busiest)}
-    for name, (tier, util) in tiers.items():
-        lat.add_metric([name], _p99_latency(tier.latency_us * 1e-6, util))
+    for name, seconds in tier_p99_latency_s(c, max(loaded.values(), default=0.0)).items():
+        lat.add_metric([name], seconds)
     yield lat
 
     cost = c.total_gpus * c.pricing.per_gpu_hour
@@ -367,10 +365,3 @@ def _capacity(c: GPUCluster, name: str, spec: JobSpec, placement: Placement) -> 
     per = max(1, len(placement.allocs) // max(placement.units, 1))
     layout = Layout.of(c, Placement(name, placement.allocs[:per], 1))
     return replica_tokens_per_s(c, spec, layout) * placement.units
-
-
-def _p99_latency(base_s: float, utilisation: float) -> float:
-    """The tier's latency plus queueing on its busiest link: M/M/1 waiting grows as u / (1 - u), and its p99
-    is ln(100) times the mean, taking the tier's latency as the service time."""
-    util = min(max(utilisation, 0.0), 0.99)
-    return base_s * (1.0 + math.log(100.0) * util / (1.0 - util))
