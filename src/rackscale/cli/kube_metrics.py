@@ -9,7 +9,9 @@ A series that means what ``rackscale serve``'s does keeps its name (``rackscale_
 ``rackscale_scheduling_attempt_duration_seconds``, ``rackscale_pending_jobs``,
 ``rackscale_oldest_pending_job_age_seconds``, ``rackscale_leader``), so the rules and dashboards read both;
 the adapter's own are ``rackscale_kube_*``. Labels are bounded: result, kind, namespace (the queue), the
-replica's identity; never a pod or a gang.
+replica's identity, rack, region, tier; never a pod or a gang. The GPU, traffic and network series come from the
+last snapshot of the caches (``KubeScheduler.use``); the traffic and network ones are modelled from the running
+gangs' placements (:mod:`rackscale.kube.traffic`), never measured.
 
 Here and not in ``rackscale.kube``: adapters may not import ``prometheus_client`` (import-linter).
 """
@@ -25,7 +27,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from rackscale.kube.observed import AttemptResult
+from rackscale.kube.observed import AttemptResult, GpuUse
+from rackscale.network.paths import tier_p99_latency_s
 
 if TYPE_CHECKING:
     from rackscale.kube.scheduler import KubeScheduler
@@ -46,6 +49,10 @@ METRIC_NAMES = (
     "rackscale_gpu_available_seconds_total",
     "rackscale_gpu_available_while_waiting_seconds_total",
     "rackscale_gpu_idle_while_waiting_seconds_total",
+    "rackscale_traffic_bytes_total",
+    "rackscale_intra_rack_traffic_ratio",
+    "rackscale_uplink_utilization_ratio",
+    "rackscale_network_latency_p99_seconds",
     "rackscale_kube_cycles_total",
     "rackscale_kube_cycle_errors_total",
     "rackscale_kube_binds_total",
@@ -205,7 +212,8 @@ class KubeCollector(Collector):
             "Allocated / in-service GPUs at the last cycle (requests, not measured activity: DCGM's is, when scraped).",
             value=use.allocated / healthy if healthy else 0.0,
         )
-        sec = use.seconds(s.elapsed())
+        now = s.elapsed()
+        sec = use.seconds(now)
         yield GaugeMetricFamily(
             "rackscale_idle_rate_ratio",
             "GPU-seconds free while a gang waited / in-service GPU-seconds of those periods, in this replica's "
@@ -227,6 +235,48 @@ class KubeCollector(Collector):
             "GPU-seconds left free while a gang waited: the idle rate's numerator.",
             value=sec.idle_waiting,
         )
+        yield from _network(use, now)
+
+
+def _network(use: GpuUse, now: float) -> Iterator[Family]:
+    """serve's traffic and network series, **modelled** from the placements of rackscale's running gangs (the
+    last snapshot's; :mod:`rackscale.kube.traffic`), not measured."""
+    net = use.network
+    moved = net.moved(now)
+    traffic = CounterMetricFamily(
+        "rackscale_traffic_bytes",
+        "Modelled (not measured): bytes rackscale's running gangs moved per link tier, in this replica's term as "
+        "leader.",
+        labels=["tier"],
+    )
+    traffic.add_metric(["nvlink"], moved.nvlink)
+    traffic.add_metric(["rdma"], moved.rdma)
+    traffic.add_metric(["backbone"], moved.backbone)
+    yield traffic
+    ratio = GaugeMetricFamily(
+        "rackscale_intra_rack_traffic_ratio",
+        "Modelled: NVLink bytes / all bytes rackscale's gangs moved, in this replica's term as leader.",
+    )
+    if moved.total:  # no sample until a byte has moved (serve's rule): a share of nothing is not 100 %
+        ratio.add_metric([], moved.nvlink / moved.total)
+    yield ratio
+    uplink = GaugeMetricFamily(
+        "rackscale_uplink_utilization_ratio",
+        "Modelled: rack uplink load / capacity from rackscale's running gangs, at the last cycle.",
+        labels=["rack"],
+    )
+    for i, r in enumerate(use.racks):  # the racks in the cluster's order: index i is rack i
+        uplink.add_metric([r.rack], net.uplinks.get(i, 0.0))
+    yield uplink
+    latency = GaugeMetricFamily(
+        "rackscale_network_latency_p99_seconds",
+        "Modelled (not measured) p99 latency per link tier: its latency plus M/M/1 queueing on its busiest link.",
+        labels=["tier"],
+    )
+    if net.cluster is not None:
+        for tier, seconds in tier_p99_latency_s(net.cluster, net.busiest_uplink).items():
+            latency.add_metric([tier], seconds)
+    yield latency
 
 
 def _le(bound: float) -> str:

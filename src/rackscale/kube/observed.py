@@ -8,6 +8,8 @@ turns these into Prometheus series lives with the command (``rackscale.cli.kube_
   thread and read by a scrape, so a scrape never sees a cycle half-counted;
 - :class:`GpuUse`: the cluster's GPUs (by state, per rack) as the last snapshot showed them, and the GPU-seconds
   counted up to it (the idle rate's terms), also replaced whole; a scrape adds the time since at those rates.
+  It carries the network the snapshot's running gangs load (:class:`rackscale.kube.traffic.NetworkUse`: the
+  modelled bytes per tier, counted the same way).
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 
 from rackscale.kube.pods import Gang
+from rackscale.kube.snapshot import RunningGang
+from rackscale.kube.traffic import NetworkUse, network_use
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import MILLI_PER_GPU
 from rackscale.scheduler.cycles import CYCLE_SECONDS_BUCKETS
@@ -155,14 +159,23 @@ class GpuUse:
     waiting: bool  # a gang of rackscale's waited
     racks: tuple[RackUse, ...]
     counted: GpuSeconds = field(default_factory=GpuSeconds)  # up to ``at``
+    network: NetworkUse = field(default_factory=NetworkUse)  # what rackscale's running gangs move (modelled)
 
     def seconds(self, now: float) -> GpuSeconds:
         """The GPU-seconds at ``now``: those up to ``at``, plus the time since at this use's rates."""
         return self.counted.after(self, now - self.at)
 
 
-def gpu_use(state: ClusterState, *, at: float, waiting: bool, before: GpuUse | None) -> GpuUse:
-    """The use ``state`` shows at ``at``, carrying ``before``'s counts on to it (None: the first)."""
+def gpu_use(
+    state: ClusterState,
+    *,
+    at: float,
+    waiting: bool,
+    before: GpuUse | None,
+    gangs: Sequence[RunningGang] = (),
+) -> GpuUse:
+    """The use ``state`` shows at ``at``, with the network rackscale's running ``gangs`` load, carrying
+    ``before``'s counts on to it (None: the first)."""
     c = state.cluster
     gpu_free = state.gpu_free
     racks = tuple(
@@ -188,6 +201,7 @@ def gpu_use(state: ClusterState, *, at: float, waiting: bool, before: GpuUse | N
         waiting=waiting,
         racks=racks,
         counted=counted,
+        network=network_use(c, gangs, at=at, before=None if before is None else before.network),
     )
 
 

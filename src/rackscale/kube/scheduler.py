@@ -53,6 +53,7 @@ from rackscale.kube.snapshot import (
     reserve_nominated,
     with_node,
 )
+from rackscale.kube.traffic import running_gang
 from rackscale.kube.undo import UndoBook
 from rackscale.kube.watch import Item, Watcher
 from rackscale.model.state import ClusterState
@@ -294,6 +295,9 @@ class KubeScheduler:
         def victim(key: str, pod: Mapping[str, Any]) -> str | None:
             return None if self.undo.undoing(key, pod) else victim_job(pod, scheduler=sched)
 
+        def gang(key: str, pod: Mapping[str, Any]) -> str | None:
+            return None if self.undo.undoing(key, pod) else running_gang(pod, scheduler=sched)
+
         snap = build_snapshot(
             cluster,
             nodes=self.nodes,
@@ -302,6 +306,7 @@ class KubeScheduler:
             labels=self.config.labels,
             victim_job=victim if self.config.preemption else lambda key, pod: None,
             started=core_time(started_wall, wall_now=self.wall(), core_now=self.clock() - self._t0),
+            gang_of=gang,
         )
         for job, nominated in owed:
             reserve_nominated(snap.state, job, nominated)
@@ -333,7 +338,7 @@ class KubeScheduler:
             if last is None or last.waiting or now - self._t0 - last.at >= USE_EVERY_S:
                 cluster = self.cluster_model()
                 if cluster is not None:
-                    self._publish_use(self.build_state(cluster), now, waiting=False)
+                    self._publish_use(self.snapshot(cluster), now, waiting=False)
             return 0  # not timed: an idle cycle's microseconds would drown the histogram of real ones
         bound: set[str] = set()  # the gangs this cycle bound: no longer waiting
         try:
@@ -344,8 +349,8 @@ class KubeScheduler:
             # Published after the cycle's attempts are counted: a scrape sees both of the same cycle.
             self.waiting = waiting(g for g in pending if g.job not in bound)
 
-    def _publish_use(self, state: ClusterState, now: float, *, waiting: bool) -> None:
-        self.use = gpu_use(state, at=now - self._t0, waiting=waiting, before=self.use)
+    def _publish_use(self, snap: Snapshot, now: float, *, waiting: bool) -> None:
+        self.use = gpu_use(snap.state, at=now - self._t0, waiting=waiting, before=self.use, gangs=snap.gangs)
 
     def _attempt(self, result: AttemptResult, n: int = 1) -> None:
         self.stats.attempts[result] += n
@@ -364,7 +369,7 @@ class KubeScheduler:
             log.info("%s waits for the pods a preemption deleted for it before (read back from the API)", job)
         waits = self.evictions.held(self.pods, now=now)
         snap = self.snapshot(cluster, owed=self.evictions.owed(waits))
-        self._publish_use(snap.state, now, waiting=True)
+        self._publish_use(snap, now, waiting=True)
         for job in list(self._first_seen):
             if job not in live:
                 del self._first_seen[job]

@@ -50,11 +50,22 @@ class Victim:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RunningGang:
+    """A running gang of rackscale's (a pod group): the GPUs its live pods hold on each node, by node index.
+    What the traffic model reads (:mod:`rackscale.kube.traffic`)."""
+
+    job: str
+    gpus: tuple[tuple[int, int], ...]  # (node index, GPUs), ascending node
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Snapshot:
-    """The allocation, and the pods each preemptible running job in it stands for (by job name)."""
+    """The allocation, the pods each preemptible running job in it stands for (by job name), and rackscale's
+    running gangs (by job name)."""
 
     state: ClusterState
     holders: dict[str, tuple[Victim, ...]] = field(default_factory=dict)
+    gangs: tuple[RunningGang, ...] = ()
 
 
 @dataclass(slots=True)
@@ -79,6 +90,7 @@ def build_snapshot(
     labels: LabelKeys,
     victim_job: Callable[[str, Obj], str | None] = lambda key, pod: None,
     started: Callable[[Obj], float] = lambda pod: 0.0,
+    gang_of: Callable[[str, Obj], str | None] = lambda key, pod: None,
 ) -> Snapshot:
     """Every live pod that holds a node (``where`` says which: its nodeName, or one we bound or are undoing
     that the watch has not shown yet) holds its requests there, in its namespace's queue. A node that takes no
@@ -88,10 +100,14 @@ def build_snapshot(
     ``victim_job`` names the preemptible running job a pod belongs to (a gang's pods are one job: a preemption
     deletes all of them), or None for a pod that no preemption may delete; such a pod is a job of its own
     that nobody stops. A preemptible job runs at its highest pod priority, in its namespace's queue, since
-    its earliest pod's ``started`` (the core's clock)."""
+    its earliest pod's ``started`` (the core's clock).
+
+    ``gang_of`` names the running gang of rackscale's a pod is a member of (None: none); the GPUs each gang's
+    pods hold per node make :attr:`Snapshot.gangs`, whether or not a preemption may stop it."""
     state = ClusterState(cluster)
     index = {n.name: n.index for n in cluster.nodes}
     gathering: dict[str, _Running] = {}
+    running: dict[str, dict[int, int]] = {}
     for key, pod in pods.items():
         at = where(key, pod)
         if at is None or is_terminated(pod) or at not in index:
@@ -105,6 +121,10 @@ def build_snapshot(
             # nothing is placed on top of it, and no preemption counts on what it holds.
             log.warning("bound pod %s: %s; counting its node %s as full", key, e, at)
             req, job = PodRequest(state.node_whole[n], state.cpu_free[n], state.mem_free[n]), None
+        else:
+            if req.gpus and (gang := gang_of(key, pod)) is not None:
+                per = running.setdefault(gang, {})
+                per[n] = per.get(n, 0) + req.gpus
         if job is not None:
             r = gathering.get(job)
             began = started(pod)
@@ -165,7 +185,8 @@ def build_snapshot(
             state.cordon_node(at_index)  # an operator's hold: its GPUs are out of service, not failed
         elif h.state.failed:
             state.fail_node(at_index)
-    return Snapshot(state=state, holders=holders)
+    gangs = tuple(RunningGang(job=job, gpus=tuple(sorted(per.items()))) for job, per in sorted(running.items()))
+    return Snapshot(state=state, holders=holders, gangs=gangs)
 
 
 def _alloc(state: ClusterState, n: int, gpus: int, cpu_milli: int, memory_mib: int) -> NodeAlloc | None:
