@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from rackscale.cli.app import app
 from rackscale.cli.kube import load_settings, serve_health
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
@@ -108,3 +110,21 @@ def test_health_endpoints_follow_the_scheduler() -> None:
         assert _get(port, "/metrics") == 404  # no registry given: nothing to export
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("price", "words"),
+    [
+        pytest.param("-1", "must be at least 0", id="negative"),
+        pytest.param("nan", "must be at least 0", id="nan"),
+        pytest.param("inf", "inf is not a price", id="infinite"),
+        pytest.param("2,5", "must be a number", id="not-a-number"),
+        pytest.param("2.5", "cannot load the Kubernetes configuration", id="a-price-goes-on-to-connect"),
+    ],
+)
+def test_the_price_is_a_finite_number_from_0(tmp_path: Path, price: str, words: str) -> None:
+    """--price-per-gpu-hour (rackscale_cost_per_hour): refused before anything connects unless a finite number >= 0."""
+    out = CliRunner().invoke(
+        app, ["kube-scheduler", "--price-per-gpu-hour", price, "--kubeconfig", str(tmp_path / "none")]
+    )
+    assert out.exit_code == 2 and words in out.output, out.output

@@ -3,10 +3,11 @@ idle rate's GPU-seconds): what a snapshot of the caches shows, and how the idle 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
-from tests.kube.conftest import add_racks, pod, wait_for
+from tests.kube.conftest import FAST, add_racks, pod, wait_for
 from tests.kube.fake_apiserver import FakeAPIServer
 
 from rackscale.cli.kube_metrics import kube_registry
@@ -120,3 +121,31 @@ def test_a_standby_exports_no_gpu_series(fake: FakeAPIServer, start_scheduler: S
     wait_for(lambda: all(standby.synced.values()), what="the standby's caches")
     assert not [k for k in _samples(standby) if k[0].startswith("rackscale_gpu") or k[0].startswith("rackscale_rack")]
     assert _gpus(_samples(leader))["allocated"] in (0, 4)
+
+
+@pytest.mark.parametrize(
+    ("price", "want"),
+    [
+        pytest.param(None, None, id="no-price-no-series"),
+        pytest.param(2.5, 32 * 2.5, id="every-gpu-x-the-price"),
+        pytest.param(0.0, 0.0, id="free"),
+    ],
+)
+def test_the_cost_per_hour_is_the_operators_price_x_every_gpu(
+    fake: FakeAPIServer, start_scheduler: Start, price: float | None, want: float | None
+) -> None:
+    """Two racks of two 8-GPU nodes, one cordoned, 8 GPUs held: the cost counts all 32 GPUs, as serve's counts its
+    cluster's (what it pays for, used or not); a standby says nothing."""
+    add_racks(fake, racks=2, nodes=2)
+    cordoned = fake.get("nodes", "r1-n1")
+    assert cordoned is not None
+    cordoned["spec"]["unschedulable"] = True
+    fake.put("nodes", cordoned)
+    fake.put("pods", pod("x-0", scheduler="default-scheduler", node_name="r0-n0"))
+    config = dataclasses.replace(FAST, price_per_gpu_hour=price)
+    s = start_scheduler(config)
+    wait_for(lambda: s.use is not None and s.use.allocated == 8, what="the first view")
+    assert _samples(s).get(("rackscale_cost_per_hour", frozenset())) == want
+    standby = start_scheduler(config)
+    wait_for(lambda: all(standby.synced.values()), what="the standby's caches")
+    assert ("rackscale_cost_per_hour", frozenset()) not in _samples(standby)

@@ -56,7 +56,7 @@ def scrape(port: int) -> Scrape:
 @pytest.fixture
 def served(fake: FakeAPIServer, start_scheduler: Start) -> Iterator[tuple[KubeScheduler, int]]:
     add_racks(fake, racks=2, nodes=4)
-    sched = start_scheduler()
+    sched = start_scheduler(dataclasses.replace(FAST, price_per_gpu_hour=2.5))  # a price: the cost has a series
     server = serve_health(sched, 0, metrics=kube_registry(sched))
     wait_for(lambda: sched.is_leader and all(sched.synced.values()), what="leading, caches synced")
     yield sched, int(server.server_address[1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -58,6 +59,14 @@ def kube_scheduler(
             "its values replace the flags' defaults (deploy/kubernetes/scheduler-config.yaml).",
         ),
     ] = None,
+    price_per_gpu_hour: Annotated[
+        float | None,
+        typer.Option(
+            help="Price of one GPU-hour (your currency): /metrics then exports rackscale_cost_per_hour, the nodes' "
+            "GPUs x this, as serve's from its cluster spec. Without it, no cost series.",
+            min=0,
+        ),
+    ] = None,
     health_port: Annotated[
         int,
         typer.Option(help="Serve /healthz, /readyz and /metrics (Prometheus) on this port (0: off).", min=0, max=65535),
@@ -100,6 +109,8 @@ def kube_scheduler(
         kube_profile(policy, preemption=preemption)  # an unknown name ends the command here, naming the profiles
     except ValueError as e:
         fail(f"--policy: {e}")
+    if price_per_gpu_hour is not None and not math.isfinite(price_per_gpu_hour):
+        fail(f"--price-per-gpu-hour: {price_per_gpu_hour} is not a price; give a finite number >= 0 (e.g. 2.5)")
     schedules = load_schedules(schedule_files or [])
     if config_file is not None:
         try:
@@ -137,6 +148,7 @@ def kube_scheduler(
             identity=identity or "",
             lease_duration_s=lease_duration,
             renew_interval_s=renew_interval,
+            price_per_gpu_hour=price_per_gpu_hour,
         ),
         schedules=schedules,
     )

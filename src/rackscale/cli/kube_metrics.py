@@ -53,6 +53,7 @@ METRIC_NAMES = (
     "rackscale_intra_rack_traffic_ratio",
     "rackscale_uplink_utilization_ratio",
     "rackscale_network_latency_p99_seconds",
+    "rackscale_cost_per_hour",  # with --price-per-gpu-hour only
     "rackscale_kube_cycles_total",
     "rackscale_kube_cycle_errors_total",
     "rackscale_kube_binds_total",
@@ -236,6 +237,13 @@ class KubeCollector(Collector):
             value=sec.idle_waiting,
         )
         yield from _network(use, now)
+        price = s.config.price_per_gpu_hour
+        if price is not None:  # the operator's: node labels carry no price
+            yield GaugeMetricFamily(
+                "rackscale_cost_per_hour",
+                "Cost of the whole cluster per hour (the nodes' GPUs x --price-per-gpu-hour, in its currency).",
+                value=sum(r.gpus for r in use.racks) * price,
+            )
 
 
 def _network(use: GpuUse, now: float) -> Iterator[Family]:

@@ -26,6 +26,9 @@ class KubeSchedulerConfig:
     report_interval_s: float = 60.0  # repeat an unchanged FailedScheduling event at most this often
     assume_ttl_s: float = 60.0  # forget a bind (or an undo) the watch has not confirmed after this long
     backoff_s: float = 1.0  # after a failed list/watch request
+    # The operator's price of one GPU-hour (node labels carry none): rackscale_cost_per_hour, as serve's from its
+    # cluster spec's pricing.perGpuHour. None: no cost series.
+    price_per_gpu_hour: float | None = None
 
 
 def _per_cause() -> dict[PreemptionCause, int]:
