@@ -70,6 +70,16 @@ def _gpus(got: Samples) -> dict[str, float]:
     return {dict(labels)["state"]: v for (name, labels), v in got.items() if name == "rackscale_gpus"}
 
 
+def _two_racks_one_node_cordoned_8_gpus_held(fake: FakeAPIServer) -> None:
+    """Two racks of two 8-GPU nodes; r1-n1 cordoned; another scheduler's pod holds r0-n0's 8 GPUs."""
+    add_racks(fake, racks=2, nodes=2)
+    cordoned = fake.get("nodes", "r1-n1")
+    assert cordoned is not None
+    cordoned["spec"]["unschedulable"] = True
+    fake.put("nodes", cordoned)
+    fake.put("pods", pod("x-0", scheduler="default-scheduler", node_name="r0-n0"))
+
+
 def test_the_series_follow_the_cluster_and_the_wait(fake: FakeAPIServer, start_scheduler: Start) -> None:
     """
     clique-0: r0-n0 [x-0: another scheduler's, 8 GPUs]  r0-n1 [........]
@@ -78,12 +88,7 @@ def test_the_series_follow_the_cluster_and_the_wait(fake: FakeAPIServer, start_s
     A pod asking for 16 GPUs on one node waits: 16 GPUs free, 8 allocated, 8 cordoned; the idle rate is 16/24
     while it waits. Once it is deleted, the free GPUs no longer count as idle.
     """
-    add_racks(fake, racks=2, nodes=2)
-    cordoned = fake.get("nodes", "r1-n1")
-    assert cordoned is not None
-    cordoned["spec"]["unschedulable"] = True
-    fake.put("nodes", cordoned)
-    fake.put("pods", pod("x-0", scheduler="default-scheduler", node_name="r0-n0"))
+    _two_racks_one_node_cordoned_8_gpus_held(fake)
     s = start_scheduler()
     fake.put("pods", pod("big", gpus=16))
     wait_for(lambda: "default" in s.waiting.queues, what="the big pod waiting")
@@ -136,12 +141,7 @@ def test_the_cost_per_hour_is_the_operators_price_x_every_gpu(
 ) -> None:
     """Two racks of two 8-GPU nodes, one cordoned, 8 GPUs held: the cost counts all 32 GPUs, as serve's counts its
     cluster's (what it pays for, used or not); a standby says nothing."""
-    add_racks(fake, racks=2, nodes=2)
-    cordoned = fake.get("nodes", "r1-n1")
-    assert cordoned is not None
-    cordoned["spec"]["unschedulable"] = True
-    fake.put("nodes", cordoned)
-    fake.put("pods", pod("x-0", scheduler="default-scheduler", node_name="r0-n0"))
+    _two_racks_one_node_cordoned_8_gpus_held(fake)
     config = dataclasses.replace(FAST, price_per_gpu_hour=price)
     s = start_scheduler(config)
     wait_for(lambda: s.use is not None and s.use.allocated == 8, what="the first view")
