@@ -1,5 +1,6 @@
 """The pure scheduling core: plugins, profiles and the ResourceScheduler. No I/O, no clock."""
 
+from rackscale.scheduler.budgets import DisruptionBudgets
 from rackscale.scheduler.decisions import (
     Decisions,
     Pending,
@@ -19,6 +20,7 @@ __all__ = [
     "PROFILES",
     "Code",
     "Decisions",
+    "DisruptionBudgets",
     "Pending",
     "PendingQueue",
     "Placed",

@@ -102,6 +102,9 @@ class Preempt:
         else:
             return False
         cycle.placed.append(got)
+        # The stops spend the disruption budgets: a later preemption of this cycle sees what is left of them.
+        ledger = cycle.ctx.budgets
+        over = ledger.spend(v.spec.name for v in choice.victims) if ledger is not None else [0] * len(choice.victims)
         cycle.preempted.extend(
             Preemption(
                 victim=v.spec.name,
@@ -111,8 +114,9 @@ class Preempt:
                 f"{rack_names(state, choice.racks)}",
                 # (Choosers stop jobs of equal priority only by least attained service: ``las.py``.)
                 cause=PreemptionCause.PRIORITY if v.spec.priority < job.priority else PreemptionCause.ATTAINED_SERVICE,
+                over_budget=n,
             )
-            for v in choice.victims
+            for v, n in zip(choice.victims, over, strict=True)
         )
         cycle.room_was_freed()
         return True

@@ -18,7 +18,9 @@ the free GPUs scattered over several:
   loses since its last checkpoint (its save, with ``checkpoint_on_preempt``) plus :data:`RESTART_S` of its GPUs;
 - **all or nothing**: in the cycle's transaction, release the movers, place the gang on the rack, place each
   mover elsewhere (off the rack, off racks the reservation holds from it, on no more racks than it had);
-  any failure rolls everything back and the next rack is tried, so nobody is moved for nothing.
+  any failure rolls everything back and the next rack is tried, so nobody is moved for nothing;
+- **within the budgets**: with disruption budgets (``budgets.py``), no move takes one past what it allows
+  (a preemption may, when nothing else frees the room: a move is never needed, the gang may wait).
 
 A mover is a preemption (``Preemption``: the host stops it, counts its lost work, requeues it) followed by
 its placement in the same cycle (``Placed(moved=True)``: the host starts it again at once). KAI runs
@@ -193,8 +195,17 @@ class Consolidate:
                     node_free[n] += k
             return sum(f // w for f in node_free.values())
 
+        # With disruption budgets (``budgets.py``), a job whose move would take one past what it allows is not
+        # moved: a move is an optimisation that the gang's wait makes unnecessary, not a need of a higher priority.
+        ledger = cycle.ctx.budgets
+        taken: dict[str, int] = {}
         picked: list[int] = []
         for i in range(min(len(cands), MAX_MOVERS)):
+            if ledger is not None:
+                name = cands[i][1].spec.name
+                if not ledger.within(name, taken):
+                    continue
+                ledger.take(name, taken)
             picked.append(i)
             if room(picked) >= units:
                 break
@@ -243,6 +254,8 @@ class Consolidate:
                 tx.rollback(before)  # a move must not split a job over more racks than it had
                 return None
             moved.append((again, now_on))
+        if ctx.budgets is not None:
+            ctx.budgets.spend(rj.spec.name for rj in plan.movers)  # within them: _plan took no other
         freed = state.cluster.racks[plan.rack].name
         for p, now_on in moved:
             cycle.preempted.append(

@@ -42,6 +42,8 @@ class Preemption:
     preemptor: str
     reason: str  # for the victim's owner: no job names
     cause: PreemptionCause
+    # Disruptions past a budget that this stop adds (``budgets.py``): 0 within them, and always without budgets.
+    over_budget: int = 0
 
 
 class ResizeKind(StrEnum):

@@ -25,6 +25,7 @@ from rackscale.model.placement import NodeAlloc
 from rackscale.model.running import RunningJob
 from rackscale.model.view import StateView
 from rackscale.model.workload import JobSpec
+from rackscale.scheduler.budgets import BudgetLedger
 from rackscale.scheduler.pending import PendingQueue
 from rackscale.scheduler.placement.request import GroupRequest
 from rackscale.scheduler.status import Status
@@ -67,14 +68,16 @@ NO_SERVICE: Mapping[str, AttainedService] = MappingProxyType({})
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CycleContext:
-    """What plugins may read besides the state: the time, the queue configuration, and each job's service
-    in its earlier runs (only jobs that ran and stopped are in it; the mapping is the host's, not a copy)."""
+    """What plugins may read besides the state: the time, the queue configuration, each job's service in its
+    earlier runs (only jobs that ran and stopped are in it; the mapping is the host's, not a copy), and the
+    disruption budgets, if the caller gave any (``budgets.py``: the cycle's account, which its stops spend)."""
 
     now: float
     queues: Mapping[str, QueueConfig]
     models: tuple[str, ...]
     attained: Mapping[str, AttainedService] = field(default_factory=lambda: NO_SERVICE)
     elastic: bool = True  # the profile's ``Profile.elastic``: may a gang start on its minimum (``fewest_units``)?
+    budgets: BudgetLedger | None = None  # None: no budgets (the simulator, serve): nothing is held back
 
 
 class QueueSort(Protocol):

@@ -5,6 +5,9 @@ Cost of a victim, cheapest first: lower priority, then less work lost since its 
 NVLink domain the preemptor will use; a gang larger than a rack clears the cheapest whole racks of one
 region. The scheduler then *tries* the placement on the freed racks and rolls back if it still fails,
 so nobody is preempted for nothing.
+
+With disruption budgets (``budgets.py``), victims within them come first and the racks whose victims go the
+fewest disruptions past them rank first; a victim past a budget is still taken when nothing else frees the room.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from rackscale.model.running import RunningJob
 from rackscale.model.topology import MILLI_PER_GPU, Rack
 from rackscale.model.view import StateView
 from rackscale.model.workload import JobKind, JobSpec, Level
+from rackscale.scheduler.budgets import BudgetLedger
 from rackscale.scheduler.filters import allowed_models
 from rackscale.scheduler.framework import VICTIM_CHOOSERS, CycleContext, VictimChoice
 
@@ -110,10 +114,11 @@ class CheapestVictims:
             w, units = unit.gpus, job.units
         racks = [r for r in state.cluster.racks if r.gpu_model in models and r.index not in exclude_racks]
         cap = max((r.gpus for r in racks), default=0)
+        ledger = ctx.budgets
         if w * units > cap and job.topology.required is not Level.RACK:
-            got = self._clear_racks(state, racks, w * units, can_victimise, cost, now)
+            got = self._clear_racks(state, racks, w * units, can_victimise, cost, now, ledger)
             return [got] if got is not None else []
-        scored: list[tuple[tuple[int, int, float, int], VictimChoice]] = []
+        scored: list[tuple[tuple[int, int, int, float, int], VictimChoice]] = []
         for rack in racks:
             cands = [state.running[j] for j in state.rack_jobs[rack.index]]
             cands = sorted((rj for rj in cands if can_victimise(rj)), key=cost)
@@ -129,20 +134,37 @@ class CheapestVictims:
                         node_free[n] += k
                 return sum(f // w for f in node_free.values())
 
+            # The cheapest first; with budgets, those whose stop keeps within them first, and the others only
+            # if those do not free the room (``budgets.py``).
             picked: list[int] = []
+            over: list[int] = []  # past a budget, taken last
+            taken: dict[str, int] = {}
             for i in range(len(cands)):
+                if room(picked) >= units:
+                    break
+                if ledger is not None:
+                    name = cands[i].spec.name
+                    if not ledger.within(name, taken):
+                        over.append(i)
+                        continue
+                    ledger.take(name, taken)
+                picked.append(i)
+            for i in over:
                 if room(picked) >= units:
                     break
                 picked.append(i)
             if not picked or room(picked) < units:
                 continue
-            # Give back the victims that turned out not to be needed, most expensive first.
-            for i in sorted(picked, key=lambda i: cost(cands[i]), reverse=True):
+            # Give back the victims that turned out not to be needed, most expensive first; those past a budget
+            # before the others, so that as few as may be go past them.
+            past = set(over)
+            for i in sorted(picked, key=lambda i: (i in past, cost(cands[i])), reverse=True):
                 rest = [j for j in picked if j != i]
                 if rest and room(rest) >= units:
                     picked = rest
             victims = tuple(cands[i] for i in picked)
             key = (
+                ledger.past(v.spec.name for v in victims) if ledger is not None else 0,  # the fewest first
                 len(victims),
                 max(v.spec.priority for v in victims),
                 sum(lost_work(v, now) for v in victims),
@@ -181,24 +203,27 @@ class CheapestVictims:
         can_victimise: Callable[[RunningJob], bool],
         cost: Callable[[RunningJob], tuple[int, float, int, str]],
         now: float,
+        ledger: BudgetLedger | None = None,
     ) -> VictimChoice | None:
-        """A gang larger than a rack: clear the cheapest racks of one region."""
-        by_region: dict[int, list[tuple[tuple[int, float], int, list[RunningJob]]]] = {}
+        """A gang larger than a rack: clear the cheapest racks of one region (with budgets: those whose jobs go
+        the least past them first)."""
+        by_region: dict[int, list[tuple[tuple[int, int, float], int, list[RunningJob]]]] = {}
         for rack in racks:
             jobs = [state.running[j] for j in state.rack_jobs[rack.index]]
             if not all(can_victimise(rj) for rj in jobs):
                 continue
-            key = (len(jobs), sum(lost_work(rj, now) for rj in jobs))
+            past = ledger.past(rj.spec.name for rj in jobs) if ledger is not None else 0
+            key = (past, len(jobs), sum(lost_work(rj, now) for rj in jobs))
             by_region.setdefault(rack.region, []).append((key, rack.index, sorted(jobs, key=cost)))
         Option = tuple[
-            tuple[int, float, int],
+            tuple[int, int, float, int],
             dict[str, RunningJob],
-            list[tuple[tuple[int, float], int, list[RunningJob]]],
+            list[tuple[tuple[int, int, float], int, list[RunningJob]]],
         ]
         options: list[Option] = []
         for region, entries in by_region.items():
             entries.sort(key=lambda e: (e[0], e[1]))
-            chosen: list[tuple[tuple[int, float], int, list[RunningJob]]] = []
+            chosen: list[tuple[tuple[int, int, float], int, list[RunningJob]]] = []
             gpus = 0
             for e in entries:
                 if gpus >= need:
@@ -207,7 +232,8 @@ class CheapestVictims:
                 gpus += state.rack_capacity(e[1])
             if gpus >= need:
                 victims = {rj.spec.name: rj for e in chosen for rj in e[2]}
-                options.append(((len(victims), sum(e[0][1] for e in chosen), region), victims, chosen))
+                past = ledger.past(victims) if ledger is not None else 0
+                options.append(((past, len(victims), sum(e[0][2] for e in chosen), region), victims, chosen))
         if not options:
             return None
         _, victims, chosen = min(options, key=lambda o: o[0])

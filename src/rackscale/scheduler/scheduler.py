@@ -28,6 +28,7 @@ from rackscale.scheduler import queue_order as _queue_order  # noqa: F401
 from rackscale.scheduler.actions import Action, Allocate, Backfill, Preempt
 from rackscale.scheduler.admission import Admission
 from rackscale.scheduler.backfill import plan_reservation
+from rackscale.scheduler.budgets import BudgetLedger, DisruptionBudgets
 from rackscale.scheduler.consolidate import Consolidate
 from rackscale.scheduler.cycle import Cycle
 from rackscale.scheduler.decisions import Decisions, Reservation
@@ -127,6 +128,7 @@ class ResourceScheduler:
         *,
         reservation: Reservation | None = None,
         attained: Mapping[str, AttainedService] = NO_SERVICE,
+        budgets: DisruptionBudgets | None = None,
     ) -> Decisions:
         """Decide what to start, preempt and keep waiting. ``state`` is left as it was found.
 
@@ -136,6 +138,8 @@ class ResourceScheduler:
         (a caller that schedules only newly arrived jobs): jobs of no higher priority that would delay it
         are kept off its racks, as they would be in a full cycle. ``attained``: each job's service in its
         earlier runs (the host's map, read by least-attained-service plugins; empty: nobody ran before).
+        ``budgets``: disruption budgets the cycle's stops should keep within where they can (``budgets.py``;
+        None, as the simulator and the service give: none).
         """
         queue = pending if isinstance(pending, PendingQueue) else PendingQueue(pending, elastic=self.profile.elastic)
         self.gang.new_cycle()
@@ -146,6 +150,7 @@ class ResourceScheduler:
             models=state.cluster.gpu_models,
             attained=attained,
             elastic=self.profile.elastic,
+            budgets=BudgetLedger(budgets) if budgets is not None else None,
         )
         cycle = Cycle(
             tx=Transaction(state),
