@@ -5,7 +5,9 @@ nodes, pods, events and leases in memory under one global resourceVersion counte
 
 What it implements (and how far):
 
-- ``GET`` lists of nodes, pods (all namespaces or one), events and leases, with ``metadata.resourceVersion``.
+- ``GET`` lists of nodes, pods (all namespaces or one), events, leases and PodDisruptionBudgets (policy/v1:
+  what the test writes through :meth:`FakeAPIServer.put`, status included: no disruption controller computes
+  ``status.disruptionsAllowed``), with ``metadata.resourceVersion``.
 - ``GET ?watch=1``: a chunked stream of JSON lines (ADDED / MODIFIED / DELETED). With a ``resourceVersion``
   it replays the changes after it; without one (or ``0``) it starts with a synthetic ADDED per object.
   ``allowWatchBookmarks=true`` adds a BOOKMARK every :attr:`FakeAPIServer.bookmark_interval` seconds.
@@ -388,7 +390,7 @@ class _Handler(WatchStream, BaseHTTPRequestHandler):
         parts = [p for p in u.path.split("/") if p]
         if parts[:2] == ["api", "v1"]:
             rest = parts[2:]
-        elif parts[:3] in (["apis", "coordination.k8s.io", "v1"], ["apis", "apps", "v1"]):
+        elif parts[:3] in (["apis", "coordination.k8s.io", "v1"], ["apis", "apps", "v1"], ["apis", "policy", "v1"]):
             rest = parts[3:]
         else:
             raise HTTPError(404, "NotFound", f"the fake serves no {u.path}")

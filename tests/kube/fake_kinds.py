@@ -7,15 +7,30 @@ from typing import Any
 
 Obj = dict[str, Any]
 
-KINDS = {"nodes": "Node", "pods": "Pod", "events": "Event", "leases": "Lease", "deployments": "Deployment"}
+KINDS = {
+    "nodes": "Node",
+    "pods": "Pod",
+    "events": "Event",
+    "leases": "Lease",
+    "deployments": "Deployment",
+    "poddisruptionbudgets": "PodDisruptionBudget",
+}
 API_VERSION = {
     "nodes": "v1",
     "pods": "v1",
     "events": "v1",
     "leases": "coordination.k8s.io/v1",
     "deployments": "apps/v1",
+    "poddisruptionbudgets": "policy/v1",
 }
-NAMESPACED = {"nodes": False, "pods": True, "events": True, "leases": True, "deployments": True}
+NAMESPACED = {
+    "nodes": False,
+    "pods": True,
+    "events": True,
+    "leases": True,
+    "deployments": True,
+    "poddisruptionbudgets": True,
+}
 
 
 def status(code: int, reason: str, message: str, st: str = "Failure") -> Obj:
