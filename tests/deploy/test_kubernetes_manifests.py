@@ -514,6 +514,7 @@ SCHEDULER_CLUSTER_GRANTS = {
     ("", "events"): {"create"},
     ("events.k8s.io", "events"): {"create"},
     ("apps", "deployments/scale"): {"patch"},  # ScalingSchedule steps on Deployments (kube/schedules.py)
+    ("policy", "poddisruptionbudgets"): {"list", "watch"},  # preemption prefers victims they allow (kube/budgets.py)
 }
 LEASE_GRANTS = {(None, "create"), ("rackscale", "get"), ("rackscale", "update")}
 
