@@ -67,6 +67,7 @@ METRIC_NAMES = (
     "rackscale_kube_preemptions_total",
     "rackscale_kube_preempted_pods_total",
     "rackscale_kube_preemption_errors_total",
+    "rackscale_kube_pdb_violations_total",
     "rackscale_kube_watch_lists_total",
     "rackscale_kube_watch_expired_total",
     "rackscale_kube_watch_bookmarks_total",
@@ -143,6 +144,12 @@ class KubeCollector(Collector):
                 "preemption_errors",
                 "Deletions of preemption victims the API server refused or that failed (tried again later).",
                 st.preemption_errors,
+            ),
+            (
+                "pdb_violations",
+                "Disruptions past a PodDisruptionBudget that preemptions made: victims taken although their budget "
+                "allowed no more, as no others freed the room (kube-scheduler's NumPDBViolations).",
+                st.pdb_violations,
             ),
         ):
             yield CounterMetricFamily(f"rackscale_kube_{name}", doc, value=value)

@@ -26,6 +26,7 @@ class KubeSchedulerConfig:
     report_interval_s: float = 60.0  # repeat an unchanged FailedScheduling event at most this often
     assume_ttl_s: float = 60.0  # forget a bind (or an undo) the watch has not confirmed after this long
     backoff_s: float = 1.0  # after a failed list/watch request
+    unreadable_retry_s: float = 300.0  # list an optional resource the API server refused (403, 404) again after
     # The operator's price of one GPU-hour (node labels carry none): rackscale_cost_per_hour, as serve's from its
     # cluster spec's pricing.perGpuHour. None: no cost series.
     price_per_gpu_hour: float | None = None
@@ -35,8 +36,11 @@ def _per_cause() -> dict[PreemptionCause, int]:
     return {PreemptionCause.PRIORITY: 0, PreemptionCause.CONSOLIDATION: 0}  # the causes the adapter carries out
 
 
+PDBS = "poddisruptionbudgets"  # the third resource watched, for preemption (rackscale.kube.budgets)
+
+
 def _per_kind() -> dict[str, int]:
-    return {"nodes": 0, "pods": 0}
+    return {"nodes": 0, "pods": 0, PDBS: 0}
 
 
 @dataclass(slots=True)
@@ -63,6 +67,7 @@ class Stats:
     victims: dict[PreemptionCause, int] = field(default_factory=_per_cause)  # running gangs stopped, by cause
     preempted_pods: int = 0  # pods deleted for a preemption
     preemption_errors: int = 0  # such deletions the API server refused or that failed on the way
+    pdb_violations: int = 0  # disruptions past a PodDisruptionBudget that preemptions made (kube.budgets)
     lists: dict[str, int] = field(default_factory=_per_kind)
     gone: dict[str, int] = field(default_factory=_per_kind)
     bookmarks: dict[str, int] = field(default_factory=_per_kind)

@@ -11,11 +11,17 @@ What kube-scheduler's DefaultPreemption does for a pod, done for a gang; and KAI
   recreates them). The core chooses among them: the fewest and cheapest of lower priority, rack by rack
   (:class:`rackscale.scheduler.preemption.CheapestVictims`); consolidation moves only gangs whose every pod has
   a controller (``JobSpec.movable``, read in :mod:`rackscale.kube.snapshot`).
+- **PodDisruptionBudgets** (:mod:`rackscale.kube.budgets`, watched as nodes and pods are): the core gets, per
+  budget, the disruptions it allows, and per gang its pods each budget selects. As kube-scheduler's
+  DefaultPreemption, it takes victims within their budgets first, a victim past its budget only when no others
+  free the room (``Preemption.over_budget``: counted in ``Stats.pdb_violations`` and told to the victim), and
+  ranks the racks by the fewest disruptions past a budget first; consolidation moves nothing past one. Without
+  RBAC for them (a 403), or with ``--no-preemption``, none are read.
 - **Stopping** one (:class:`Evictor`): its ``DisruptionTarget`` condition (reason ``PreemptionByScheduler``,
   what a Job's ``podFailurePolicy`` matches), then a DELETE with its UID as precondition and no grace period of
   ours, so the pod gets its own ``terminationGracePeriodSeconds`` to save its work on SIGTERM; then a
   ``Preempted`` event saying why, without the preemptor's name (it may be another tenant's). A DELETE, not an
-  Eviction: a PodDisruptionBudget does not hold back a preemption, as under kube-scheduler.
+  Eviction: a PodDisruptionBudget orders the victims but does not hold back a preemption, as under kube-scheduler.
 - **The wait** (:class:`EvictionBook`): the victims hold their GPUs until they are gone, so nothing is bound
   that cycle where they ran; each preemptor pod is nominated to its planned node (``status.nominatedNodeName``)
   and told why it waits. While a victim deleted for it is still there, the gang is placed nowhere else (for at
@@ -286,6 +292,14 @@ def carry_out(
                 )
             else:
                 why = f"Preempted by {component}: a waiting gang of higher priority needs its GPUs ({s.reason})"
+            if s.over_budget:
+                # Made anyway, as kube-scheduler does: a budget orders the victims, it never blocks a preemption.
+                stats.pdb_violations += s.over_budget
+                why += (
+                    ". Its PodDisruptionBudget allowed no more disruptions: no pods of lower priority within their "
+                    "budgets would free the room"
+                )
+                log.info("%s: %d disruption(s) past PodDisruptionBudgets, for %s", s.victim, s.over_budget, job)
             for v in holders[s.victim]:
                 held.add(v.node)
                 if evictor.evict(v, why=why, moved=moved):

@@ -26,8 +26,9 @@ from kubernetes import client
 
 from rackscale.host.scaling import ScalingSchedule
 from rackscale.kube.binding import GangBinder
+from rackscale.kube.budgets import BudgetBook, pdb_key
 from rackscale.kube.cluster import build_cluster, topology_signature
-from rackscale.kube.config import KubeSchedulerConfig, Stats
+from rackscale.kube.config import PDBS, KubeSchedulerConfig, Stats
 from rackscale.kube.leader import LeaderElector
 from rackscale.kube.ledger import Ledger
 from rackscale.kube.mechanisms import WHY_OFF, kube_profile, refusal
@@ -55,7 +56,7 @@ from rackscale.kube.snapshot import (
 )
 from rackscale.kube.traffic import running_gang
 from rackscale.kube.undo import UndoBook
-from rackscale.kube.watch import Item, Watcher
+from rackscale.kube.watch import Item, watchers
 from rackscale.model.state import ClusterState
 from rackscale.model.topology import GPUCluster, NodeDecl
 from rackscale.model.workload import JobSpec
@@ -122,7 +123,11 @@ class KubeScheduler:
         self.events: queue.Queue[Item] = queue.Queue()
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[str, Obj] = {}
-        self.synced = {"nodes": False, "pods": False}
+        # PodDisruptionBudgets, read only where a preemption may happen (kube.budgets): watched as the nodes and
+        # pods are, so that a cycle that preempts finds them at hand (kube-scheduler keeps an informer too).
+        self.pdbs: dict[str, Obj] = {}
+        self.budget_book = BudgetBook()
+        self.synced = {"nodes": False, "pods": False} | ({PDBS: False} if cfg.preemption else {})
         self.assumed: dict[str, tuple[str, float]] = {}  # pod key -> (node, when bound): committed gangs only
         self.undo = UndoBook(ttl_s=cfg.assume_ttl_s, clock=clock)  # pods bound by a failed gang attempt
         self.stats = Stats()
@@ -147,10 +152,7 @@ class KubeScheduler:
         self._dirty = True
         self._last_cycle = float("-inf")
         self._t0 = clock()
-        self.watchers = {
-            kind: Watcher(kind=kind, list_fn=fn, sink=self.events, stopping=self.stopping, stats=self.stats, config=cfg)
-            for kind, fn in (("nodes", self.core.list_node), ("pods", self.core.list_pod_for_all_namespaces))
-        }
+        self.watchers = watchers(api, sink=self.events, stopping=self.stopping, stats=self.stats, config=cfg)
         self._thread: threading.Thread | None = None
         # Deployment schedules (--schedule): fired by the leader on the wall clock (rackscale.kube.schedules).
         self.scaler = DeploymentScaler(api, schedules, component=cfg.scheduler_name, wall=wall) if schedules else None
@@ -226,8 +228,10 @@ class KubeScheduler:
                 return
 
     def _apply(self, what: str, kind: str, payload: Any) -> None:
-        cache = self.nodes if kind == "nodes" else self.pods
-        key_of = node_key if kind == "nodes" else pod_key
+        cache = {"nodes": self.nodes, "pods": self.pods, PDBS: self.pdbs}[kind]
+        key_of = {"nodes": node_key, "pods": pod_key, PDBS: pdb_key}[kind]
+        if kind == PDBS:
+            self.budget_book.changed()
         if what == "reset":
             cache.clear()
             for o in payload:
@@ -248,7 +252,8 @@ class KubeScheduler:
         if kind == "pods":
             self._confirm(key)
             self.undo.confirm(key, self.pods.get(key))
-        self._dirty = True
+        if kind != PDBS:  # a budget never makes a gang placeable: it only orders the victims of the next cycle
+            self._dirty = True
 
     def _confirm(self, key: str) -> None:
         """The watch shows a pod we bound as bound (or gone): stop assuming."""
@@ -408,7 +413,10 @@ class KubeScheduler:
         if not p.jobs:
             return bound
         queue = PendingQueue((self._may_preempt(s) for _, s in p.jobs.values()), elastic=self.sched.profile.elastic)
-        d = self.sched.schedule(snap.state, queue, now - self._t0)
+        # The PodDisruptionBudgets over the gangs a preemption may stop (their pods matched only if the cycle
+        # looks for victims among them: kube.budgets).
+        budgets = self.budget_book.budgets(self.pdbs, snap.holders) if self.config.preemption else None
+        d = self.sched.schedule(snap.state, queue, now - self._t0, budgets=budgets)
         why_not = refusal(d, preemption=self.config.preemption, holders=snap.holders)
         if why_not is not None:
             # Not bound either: a placement may count on GPUs that the stop or the shrink was to free.
