@@ -309,3 +309,33 @@ def test_with_no_preemption_budgets_are_not_read(fake: FakeAPIServer, start_sche
     wait_for(lambda: bound_to(fake, "default/x-0"), what="bound")
     assert PDBS not in s.synced and PDBS not in s.watchers
     assert not any(PDB_PATH in path for _, path in fake.requests)
+
+
+@pytest.mark.parametrize(("allowed", "moved"), [(1, 1), (0, 0)], ids=["within-its-budget-moved", "past-it-not-moved"])
+def test_consolidation_moves_no_pod_past_its_budget(
+    fake: FakeAPIServer, start_scheduler: Start, allowed: int, moved: int
+) -> None:
+    """--policy rackscale-consolidate (test_kube_preemption.py's case): two Job-owned 8-GPU pods, one per rack,
+    and "llm" (2 x 8 GPUs, one rack required). A budget over the small pods that allows one disruption lets one
+    move; one that allows none keeps both, and llm waits (a move is never needed: it may wait)."""
+    fake.graceful_deletes = True
+    add_racks(fake, racks=2, nodes=2)
+    fake.put("poddisruptionbudgets", pdb("small", {"matchLabels": {"app": "small"}}, allowed))
+    s = start_scheduler(dataclasses.replace(FAST, policy="rackscale-consolidate"))
+    for name, node in (("a-0", "r0-n0"), ("b-0", "r1-n0")):
+        p = pod(name, node_name=node)
+        p["metadata"]["labels"] = {"app": "small"}
+        p["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "controller": True}]
+        fake.put("pods", p)
+    wait_for(lambda: all(s.synced.values()) and len(s.pdbs) == 1, what="synced")
+    for i in range(2):
+        p = pod(f"llm-{i}", group="llm", min_member=2)
+        p["metadata"]["annotations"]["rackscale.io/topology"] = "rack"
+        fake.put("pods", p)
+    if moved:
+        wait_for(lambda: fake.deletes, what="a small pod moved")
+    else:
+        wait_for(lambda: events_for(fake, "llm-0", "FailedScheduling"), what="llm told why it waits")
+        at = s.stats.cycles
+        wait_for(lambda: s.stats.cycles >= at + 3, what="3 more cycles")
+    assert len(fake.deletes) == moved and s.stats.pdb_violations == 0
