@@ -1,7 +1,8 @@
 """An in-process fake of the few Kubernetes API server endpoints the rackscale secondary scheduler uses.
 
 It speaks HTTP/JSON on 127.0.0.1 so the *real* ``kubernetes`` Python client can talk to it, and keeps
-nodes, pods, events and leases in memory under one global resourceVersion counter, as etcd would.
+nodes, pods, events, leases, Deployments and ConfigMaps in memory under one global resourceVersion counter,
+as etcd would.
 
 What it implements (and how far):
 
@@ -28,7 +29,10 @@ What it implements (and how far):
   pod's ``terminationGracePeriodSeconds``, else 30) and the pod stays until the test removes it (the back door
   :meth:`FakeAPIServer.delete`: its kubelet saw the containers stop). ``GET``/``POST``/``PUT``/``DELETE`` leases
   (coordination.k8s.io/v1), with optimistic concurrency: a ``PUT`` whose ``metadata.resourceVersion`` is not
-  the stored one gets 409 Conflict; a ``POST`` of an existing name gets 409 AlreadyExists.
+  the stored one gets 409 Conflict; a ``POST`` of an existing name gets 409 AlreadyExists. ``GET``/``POST``/``PUT``
+  ConfigMaps in a namespace, the same way (a ``PUT`` without a resourceVersion is refused too, where the real
+  server would update unconditionally: rackscale always sends one), and 422 for one whose ``data`` is over the
+  real server's 1 MiB.
 
 Faults (:mod:`tests.kube.faults`, :meth:`FakeAPIServer.inject`): the next matching requests fail with a
 given status, or meet a change made just before they are served (the pod bound by someone else, deleted).
@@ -322,22 +326,36 @@ class FakeAPIServer:
             "status": {"replicas": dep.get("status", {}).get("replicas", 0)},
         }
 
-    def _lease_put(self, ns: str, name: str, body: Obj) -> Obj:
+    def _put_checked(self, kind: str, ns: str, name: str, body: Obj) -> Obj:
+        """``PUT`` of a lease or a ConfigMap: 409 unless it carries the stored resourceVersion."""
+        what = {"leases": "leases.coordination.k8s.io", "configmaps": "configmaps"}[kind]
         key = f"{ns}/{name}"
-        old = self.store.objects["leases"].get(key)
+        old = self.store.objects[kind].get(key)
         if old is None:
-            raise HTTPError(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found')
+            raise HTTPError(404, "NotFound", f'{what} "{name}" not found')
         want = (body.get("metadata") or {}).get("resourceVersion")
         if want != old["metadata"]["resourceVersion"]:
             raise HTTPError(
                 409,
                 "Conflict",
-                f'Operation cannot be fulfilled on leases.coordination.k8s.io "{name}": '
+                f'Operation cannot be fulfilled on {what} "{name}": '
                 "the object has been modified; please apply your changes to the latest version and try again",
             )
+        _check_size(kind, body)
         body = copy.deepcopy(body)
         body.setdefault("metadata", {}).update(name=name, namespace=ns)
-        return self._write("leases", body, create_ok=False)
+        return self._write(kind, body, create_ok=False)
+
+
+CONFIGMAP_MAX_BYTES = 1024 * 1024  # the API server's limit on a ConfigMap's data
+
+
+def _check_size(kind: str, body: Obj) -> None:
+    if kind == "configmaps":
+        data = body.get("data") or {}
+        size = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in data.items())
+        if size > CONFIGMAP_MAX_BYTES:
+            raise HTTPError(422, "Invalid", f"ConfigMap data: Too long: must have at most {CONFIGMAP_MAX_BYTES} bytes")
 
 
 def _now() -> str:
@@ -457,12 +475,13 @@ class _Handler(WatchStream, BaseHTTPRequestHandler):
                         md["namespace"] = ns or md.get("namespace") or "default"
                     if fake.key_of(resource, body) in fake.store.objects[resource]:
                         raise HTTPError(409, "AlreadyExists", f'{resource} "{md.get("name")}" already exists')
+                    _check_size(resource, body)
                     self._send(201, fake._write(resource, body, create_ok=True))
                 elif method == "PATCH" and resource == "pods" and sub == "status":
                     ct = self.headers.get("Content-Type", "")
                     self._send(200, fake._patch_status(str(ns), str(name), self._body(), ct))
-                elif method == "PUT" and resource == "leases" and sub is None:
-                    self._send(200, fake._lease_put(str(ns), str(name), self._body()))
+                elif method == "PUT" and resource in ("leases", "configmaps") and sub is None:
+                    self._send(200, fake._put_checked(resource, str(ns), str(name), self._body()))
                 elif method == "DELETE" and resource == "pods" and sub is None:
                     self._send(200, fake._delete_pod(key, self._body()))
                 elif method == "DELETE" and resource == "leases" and sub is None:

@@ -14,9 +14,11 @@ KINDS = {
     "leases": "Lease",
     "deployments": "Deployment",
     "poddisruptionbudgets": "PodDisruptionBudget",
+    "configmaps": "ConfigMap",
 }
 API_VERSION = {
     "nodes": "v1",
+    "configmaps": "v1",
     "pods": "v1",
     "events": "v1",
     "leases": "coordination.k8s.io/v1",
@@ -30,6 +32,7 @@ NAMESPACED = {
     "leases": True,
     "deployments": True,
     "poddisruptionbudgets": True,
+    "configmaps": True,
 }
 
 
