@@ -34,8 +34,8 @@ def kube_scheduler(
     policy: Annotated[
         str,
         typer.Option(
-            help="Scheduler profile (see `rackscale schedule --help`); its loans, elastic gangs, consolidation and "
-            "preemption between equal priorities are off here (docs/kubernetes.md)."
+            help="Scheduler profile (see `rackscale schedule --help`); its loans and elastic gangs are off here, and "
+            "its preemption between equal priorities unless --las-preemption (docs/kubernetes.md)."
         ),
     ] = "rackscale",
     preemption: Annotated[
@@ -45,6 +45,15 @@ def kube_scheduler(
             "grace period (as kube-scheduler's preemption); --no-preemption: it waits."
         ),
     ] = True,
+    las_preemption: Annotated[
+        bool,
+        typer.Option(
+            help="Off by default. Let a waiting gang delete the pods of a running gang of the same priority that has "
+            "had more GPU time (least attained service, the profile's las-victims: bounded by a minimum run and the "
+            "work it loses), each with its grace period; the gangs' earlier service is kept in the ConfigMap "
+            "<lease name>-attained-service of the lease namespace (docs/kubernetes.md)."
+        ),
+    ] = False,
     leader_elect: Annotated[bool, typer.Option(help="Elect a leader through a Lease (run several replicas).")] = True,
     lease_name: Annotated[str | None, typer.Option(help="Lease name (default: the scheduler name).")] = None,
     lease_namespace: Annotated[str, typer.Option(help="Namespace of the Lease.")] = "kube-system",
@@ -92,6 +101,7 @@ def kube_scheduler(
       rackscale kube-scheduler --kubeconfig ~/.kube/config --scheduler-name rackscale
       rackscale kube-scheduler --rack-label example.com/nvlink-domain --no-leader-elect
       rackscale kube-scheduler --policy first-fit --no-preemption
+      rackscale kube-scheduler --las-preemption
       rackscale kube-scheduler --schedule examples/schedule-training-nights.yaml
     """
     try:
@@ -105,8 +115,8 @@ def kube_scheduler(
         fail(f"the Kubernetes scheduler needs the kubernetes and prometheus clients ({e}); install: {KUBE_EXTRA}")
     from rackscale.kube.mechanisms import kube_profile
 
-    try:
-        kube_profile(policy, preemption=preemption)  # an unknown name ends the command here, naming the profiles
+    try:  # an unknown name ends the command here, naming the profiles
+        kube_profile(policy, preemption=preemption, las=las_preemption)
     except ValueError as e:
         fail(f"--policy: {e}")
     if price_per_gpu_hour is not None and not math.isfinite(price_per_gpu_hour):
@@ -142,6 +152,7 @@ def kube_scheduler(
             labels=LabelKeys(rack=rack_label, region=region_label, gpu_resource=gpu_resource),
             policy=policy,
             preemption=preemption,
+            las_preemption=las_preemption,
             leader_elect=leader_elect,
             lease_name=lease_name or "",
             lease_namespace=lease_namespace,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rackscale.kube.attained import MAX_ENTRIES, TTL_S
 from rackscale.kube.cluster import LabelKeys
 from rackscale.kube.observed import AttemptResult, CycleTimes, per_result
 from rackscale.scheduler.decisions import PreemptionCause
@@ -15,6 +16,13 @@ class KubeSchedulerConfig:
     labels: LabelKeys = field(default_factory=LabelKeys)
     policy: str = "rackscale"
     preemption: bool = True  # a waiting gang may delete lower-priority gangs' pods (kube.preemption)
+    # --las-preemption: keep the profile's least-attained-service preemption between equal priorities, with the
+    # gangs' earlier service recorded in a ConfigMap (kube.attained); off: exactly as without it.
+    las_preemption: bool = False
+    record_name: str = ""  # that ConfigMap's name; default: "<lease name>-attained-service"
+    record_namespace: str = ""  # ... and namespace; default: the lease's
+    record_max_entries: int = MAX_ENTRIES  # gangs recorded at most (the least recently seen dropped first)
+    record_ttl_s: float = TTL_S  # a gang not seen (pending or running) for this long is forgotten
     leader_elect: bool = True
     lease_name: str = ""  # default: the scheduler name
     lease_namespace: str = "kube-system"

@@ -8,9 +8,12 @@ waiting gang needs the room of (:mod:`rackscale.kube.preemption`: deleted with t
 waiting gang nominated and placed once they are gone; a moved gang's controller recreates its pods, which
 rackscale places again). It creates no pod, so the mechanisms that need one (grow an elastic gang) are
 switched off in the profile the Kubernetes scheduler runs (:func:`kube_profile`), and said so at start
-(docs/kubernetes.md, "Scheduler mechanisms"). Should the core still decide one, :func:`refusal` says why the
-cycle's decisions are not carried out: never a placement bound on GPUs that a stop the adapter did not make
-was to free.
+(docs/kubernetes.md, "Scheduler mechanisms"). Least-attained-service preemption between equal priorities is off
+too unless asked for (``--las-preemption``: it deletes a running gang for a waiting one of the *same* priority,
+which a cluster that never asked for it would not expect); with it, its stops are carried out as priority
+preemptions are, the gangs' earlier service read from :mod:`rackscale.kube.attained`. Should the core still
+decide a mechanism that is off, :func:`refusal` says why the cycle's decisions are not carried out: never a
+placement bound on GPUs that a stop the adapter did not make was to free.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from enum import StrEnum
 
 from rackscale.scheduler.decisions import Decisions, PreemptionCause
 from rackscale.scheduler.framework import PROFILES, Profile, unknown
+from rackscale.scheduler.las import LasVictims
 from rackscale.scheduler.preemption import CheapestVictims
 
 
@@ -38,7 +42,7 @@ class Mechanism(StrEnum):
 WHY_OFF: dict[Mechanism, str] = {
     Mechanism.PREEMPTION: "--no-preemption: a gang that does not fit waits, and no running pod is deleted for it",
     Mechanism.LAS_PREEMPTION: "it stops a running gang for a waiting one of the same priority that has had "
-    "less GPU time, and pods carry no attained service on record; priority preemption stays on",
+    "less GPU time, which a cluster must ask for (--las-preemption); priority preemption stays on",
     Mechanism.LOANS: "a loan ends by stopping the borrower's pods, which its reserved holder may not wait for: "
     "a reclaim is a preemption between any priorities",
     Mechanism.ELASTIC: "a gang's size is its controller's (a Job's parallelism): a scheduler creates no pods to "
@@ -48,22 +52,29 @@ WHY_OFF: dict[Mechanism, str] = {
 }
 
 
-def kube_profile(policy: str | Profile, *, preemption: bool = True) -> tuple[Profile, tuple[Mechanism, ...]]:
+def kube_profile(
+    policy: str | Profile, *, preemption: bool = True, las: bool = False
+) -> tuple[Profile, tuple[Mechanism, ...]]:
     """The profile the Kubernetes scheduler runs for ``policy``, and the mechanisms it switched off there.
 
     A profile that preempts keeps priority preemption (``cheapest-victims``: lower priorities only), and one
-    that consolidates keeps consolidation, unless ``preemption`` is False. Raises ``ValueError`` (naming the
+    that consolidates keeps consolidation, unless ``preemption`` is False; with ``las`` (``--las-preemption``),
+    one whose victims are ``las-victims`` keeps them (equal priorities too). Raises ``ValueError`` (naming the
     profiles) for an unknown profile name."""
     if isinstance(policy, str):
         if policy not in PROFILES:
             raise unknown("profile", policy, PROFILES)
         policy = PROFILES[policy]
-    victims = CheapestVictims.name if policy.victims and preemption else ""
+    keep_las = las and preemption and policy.victims == LasVictims.name
+    victims = policy.victims if keep_las else CheapestVictims.name if policy.victims and preemption else ""
     off = tuple(
         m
         for m, on in (
             (Mechanism.PREEMPTION, bool(policy.victims) and not preemption),
-            (Mechanism.LAS_PREEMPTION, preemption and policy.victims not in ("", CheapestVictims.name)),
+            (
+                Mechanism.LAS_PREEMPTION,
+                preemption and not keep_las and policy.victims not in ("", CheapestVictims.name),
+            ),
             (Mechanism.LOANS, policy.opportunistic_backfill),
             (Mechanism.ELASTIC, policy.elastic),
             (Mechanism.CONSOLIDATION, policy.consolidate and not preemption),
@@ -80,14 +91,22 @@ def kube_profile(policy: str | Profile, *, preemption: bool = True) -> tuple[Pro
     return profile, off
 
 
-def refusal(d: Decisions, *, preemption: bool = False, holders: Container[str] = ()) -> str | None:
+def refusal(
+    d: Decisions,
+    *,
+    preemption: bool = False,
+    holders: Container[str] = (),
+    causes: Container[PreemptionCause] | None = None,
+) -> str | None:
     """Why the adapter cannot carry out the cycle's decisions ``d``, or None when it can: placements of
-    pending gangs, and (with ``preemption``) stops by priority or consolidation of gangs whose pods it knows
-    (``holders``: the running jobs the snapshot built from rackscale's own pods), with the moved gangs' new
-    places (their controller recreates their pods; rackscale places them again on a later cycle). Any other
-    stop, a resize, a growth or a loan is refused."""
+    pending gangs, and (with ``preemption``) stops by priority or consolidation (``causes``: those, default
+    :data:`CARRIED_OUT`; :func:`carried_out`) of gangs whose pods it knows (``holders``: the running jobs the
+    snapshot built from rackscale's own pods), with the moved gangs' new places (their controller recreates
+    their pods; rackscale places them again on a later cycle). Any other stop, a resize, a growth or a loan is
+    refused."""
+    causes = CARRIED_OUT if causes is None else causes
     for s in d.preemptions:
-        if not preemption or s.cause not in CARRIED_OUT:
+        if not preemption or s.cause not in causes:
             return f"it stops {len(d.preemptions)} running job(s) ({s.cause.value})"
         if s.victim not in holders:
             return f"it stops {s.victim!r}, which is no gang of rackscale's running pods"
@@ -102,5 +121,10 @@ def refusal(d: Decisions, *, preemption: bool = False, holders: Container[str] =
     return None
 
 
-# The stops the adapter makes: a waiting gang's of lower priority, and consolidation's moves.
+# The stops the adapter makes: a waiting gang's of lower priority, and consolidation's moves ...
 CARRIED_OUT = frozenset({PreemptionCause.PRIORITY, PreemptionCause.CONSOLIDATION})
+
+
+def carried_out(*, las: bool) -> frozenset[PreemptionCause]:
+    """... and, with ``--las-preemption`` (``las``), a waiting gang's of equal priority that has had more GPU time."""
+    return CARRIED_OUT | {PreemptionCause.ATTAINED_SERVICE} if las else CARRIED_OUT

@@ -1,7 +1,9 @@
 """Stopping running gangs under Kubernetes: which pods may be stopped, stopping them, and the wait.
 
-What kube-scheduler's DefaultPreemption does for a pod, done for a gang; and KAI-Scheduler's consolidation
-(the core's ``consolidate`` action moves small gangs out of a rack for a waiting one), stopped the same way:
+What kube-scheduler's DefaultPreemption does for a pod, done for a gang; KAI-Scheduler's consolidation (the
+core's ``consolidate`` action moves small gangs out of a rack for a waiting one); and, with ``--las-preemption``,
+least attained service between equal priorities (``las-victims``, as in the simulator: docs/scheduler-las.md),
+all stopped the same way:
 
 - **Victims** are the pods of rackscale's own running gangs, a gang's pods together (stopping one member stops
   the gang's work; :func:`victim_job`). Pods of other schedulers are never victims: their scheduler would put
@@ -9,8 +11,10 @@ What kube-scheduler's DefaultPreemption does for a pod, done for a gang; and KAI
   own pods only), and which of them may go is its business. Nor are pods already being deleted, pods a
   DaemonSet owns (recreated on the same node whatever any scheduler says) and static pods (their kubelet
   recreates them). The core chooses among them: the fewest and cheapest of lower priority, rack by rack
-  (:class:`rackscale.scheduler.preemption.CheapestVictims`); consolidation moves only gangs whose every pod has
-  a controller (``JobSpec.movable``, read in :mod:`rackscale.kube.snapshot`).
+  (:class:`rackscale.scheduler.preemption.CheapestVictims`); with ``--las-preemption`` also one of the same
+  priority that has had more GPU time (:class:`rackscale.scheduler.las.LasVictims`, its earlier runs read from
+  :mod:`rackscale.kube.attained`, which ``carry_out``'s caller tells of every stop); consolidation moves only
+  gangs whose every pod has a controller (``JobSpec.movable``, read in :mod:`rackscale.kube.snapshot`).
 - **PodDisruptionBudgets** (:mod:`rackscale.kube.budgets`, watched as nodes and pods are): the core gets, per
   budget, the disruptions it allows, and per gang its pods each budget selects. As kube-scheduler's
   DefaultPreemption, it takes victims within their budgets first, a victim past its budget only when no others
@@ -224,16 +228,19 @@ class Evictor:
     def __init__(self, core: client.CoreV1Api, reporter: Reporter) -> None:
         self.core, self.reporter = core, reporter
 
-    def evict(self, v: Victim, *, why: str, moved: bool = False) -> bool:
-        """Stop ``v`` (``moved``: consolidation's, else a preemption): its DisruptionTarget condition, then the
-        DELETE. True when it is being deleted (or already gone, or replaced: the name holds another pod); False
-        when the API server refused (retried on a later cycle, as the victim still holds its GPUs)."""
+    def evict(self, v: Victim, *, why: str, moved: bool = False, equal: bool = False) -> bool:
+        """Stop ``v`` (``moved``: consolidation's, else a preemption; ``equal``: least attained service's, for a
+        gang of the same priority): its DisruptionTarget condition, then the DELETE. True when it is being
+        deleted (or already gone, or replaced: the name holds another pod); False when the API server refused
+        (retried on a later cycle, as the victim still holds its GPUs)."""
         md = v.pod.get("metadata") or {}
         name, ns = str(md.get("name")), str(md.get("namespace", "default"))
         doing = (
             "moving it to free a rack whole for a waiting gang"
             if moved
-            else ("preempting to accommodate a higher priority gang")
+            else "preempting for a waiting gang of the same priority that has had less GPU time"
+            if equal
+            else "preempting to accommodate a higher priority gang"
         )
         self.reporter.disruption(v.pod, f"{self.reporter.component}: {doing}")
         if not delete_pod(self.core, name=name, namespace=ns, uid=v.uid, key=v.key, doing="preempting"):
@@ -271,9 +278,11 @@ def carry_out(
     stats: Stats,
     component: str,
     now: float,
+    stopped: Callable[[Preemption], None] = lambda s: None,
 ) -> tuple[set[str], set[str]]:
-    """Delete the victims of the cycle's stops ``d.preemptions`` (by priority, or consolidation's moves), record
-    them for their waiting gang (``jobs``: the cycle's, by name) and nominate its pods to their planned nodes.
+    """Delete the victims of the cycle's stops ``d.preemptions`` (by priority, least attained service between
+    equal priorities, or consolidation's moves), record them for their waiting gang (``jobs``: the cycle's, by
+    name) and nominate its pods to their planned nodes; ``stopped`` is told of each stop that deleted a pod.
     Returns the nodes the victims ran on (nothing is bound there this cycle) and the waiting gangs."""
     stops: dict[str, list[Preemption]] = {}
     for s in d.preemptions:
@@ -283,12 +292,18 @@ def carry_out(
     for job, victims in stops.items():
         deleted: list[Victim] = []
         for s in victims:
-            stats.victims[s.cause] += 1
+            stats.victims[s.cause] = stats.victims.get(s.cause, 0) + 1
             moved = s.cause is PreemptionCause.CONSOLIDATION
+            equal = s.cause is PreemptionCause.ATTAINED_SERVICE
             if moved:
                 why = (
                     f"Moved by {component} to free a rack whole for a waiting gang: its controller recreates it, "
                     f"and it is placed again ({s.reason})"
+                )
+            elif equal:
+                why = (
+                    f"Preempted by {component}: a waiting gang of the same priority that has had less GPU time "
+                    f"needs its GPUs ({s.reason})"
                 )
             else:
                 why = f"Preempted by {component}: a waiting gang of higher priority needs its GPUs ({s.reason})"
@@ -296,17 +311,20 @@ def carry_out(
                 # Made anyway, as kube-scheduler does: a budget orders the victims, it never blocks a preemption.
                 stats.pdb_violations += s.over_budget
                 why += (
-                    ". Its PodDisruptionBudget allowed no more disruptions: no pods of lower priority within their "
-                    "budgets would free the room"
+                    ". Its PodDisruptionBudget allowed no more disruptions: no other victims within their budgets "
+                    "would free the room"
                 )
                 log.info("%s: %d disruption(s) past PodDisruptionBudgets, for %s", s.victim, s.over_budget, job)
+            before = len(deleted)
             for v in holders[s.victim]:
                 held.add(v.node)
-                if evictor.evict(v, why=why, moved=moved):
+                if evictor.evict(v, why=why, moved=moved, equal=equal):
                     deleted.append(v)
                     stats.preempted_pods += 1
                 else:
                     stats.preemption_errors += 1
+            if len(deleted) > before:
+                stopped(s)
         stats.preemptions += 1
         g, spec = jobs[job]
         x = placed.get(job)
@@ -314,9 +332,15 @@ def carry_out(
         book.record(job, deleted, now=now, nominated=[(a.node, spec.unit.gpus) for a in plan])
         log.info("%s preempts %d gang(s), %d pod(s) deleted", job, len(victims), len(deleted))
         doing = "moving" if victims[0].cause is PreemptionCause.CONSOLIDATION else "preempting"
+        # (Least attained service's reason gives the victim's GPU time: not for another tenant's eyes.)
+        reason = (
+            "of a gang of the same priority that has had more GPU time"
+            if victims[0].cause is PreemptionCause.ATTAINED_SERVICE
+            else f"({victims[0].reason})"
+        )
         evictor.nominate(
             ((a.pod, a.node) for a in plan),
-            message=f"{doing} {len(deleted)} pod(s) ({victims[0].reason}); waiting for them to terminate",
+            message=f"{doing} {len(deleted)} pod(s) {reason}; waiting for them to terminate",
         )
     return held, set(stops)
 

@@ -8,7 +8,10 @@ model (rebuilt only when the nodes' topology changes), then every bound, live po
 scheduled it), then rackscale's own pods that it bound but whose bind the watch has not shown yet (the
 "assumed" pods, as kube-scheduler keeps them) and those it deleted to undo a failed gang bind but the watch
 still shows. The ready gangs (:mod:`rackscale.kube.planning`) are placed by rackscale's scheduler and bound
-all or none (:mod:`rackscale.kube.binding`); :mod:`rackscale.kube.report` tells the pods.
+all or none (:mod:`rackscale.kube.binding`); :mod:`rackscale.kube.report` tells the pods. Running gangs that a
+waiting gang needs the room of are stopped by :mod:`rackscale.kube.preemption`; with ``--las-preemption`` the
+service each gang had in its earlier runs is recorded at its stop and fed to the core each cycle
+(:mod:`rackscale.kube.attained`, a ConfigMap read again by every new leader).
 Only the leader (see :mod:`rackscale.kube.leader`) schedules; every instance keeps its caches warm.
 """
 
@@ -25,13 +28,14 @@ from typing import Any
 from kubernetes import client
 
 from rackscale.host.scaling import ScalingSchedule
+from rackscale.kube.attained import ServiceRecord, record_key
 from rackscale.kube.binding import GangBinder
 from rackscale.kube.budgets import BudgetBook, pdb_key
 from rackscale.kube.cluster import build_cluster, topology_signature
 from rackscale.kube.config import PDBS, KubeSchedulerConfig, Stats
 from rackscale.kube.leader import LeaderElector
 from rackscale.kube.ledger import Ledger
-from rackscale.kube.mechanisms import WHY_OFF, kube_profile, refusal
+from rackscale.kube.mechanisms import WHY_OFF, carried_out, kube_profile, refusal
 from rackscale.kube.observed import AttemptResult, GpuUse, Waiting, gpu_use, waiting
 from rackscale.kube.planning import Plan, plan
 from rackscale.kube.pods import Gang, gangs, node_name, pod_key, pod_request
@@ -40,6 +44,7 @@ from rackscale.kube.preemption import (
     Evictor,
     carry_out,
     core_time,
+    grace_s,
     may_preempt,
     started_wall,
     victim_job,
@@ -58,10 +63,12 @@ from rackscale.kube.traffic import running_gang
 from rackscale.kube.undo import UndoBook
 from rackscale.kube.watch import Item, watchers
 from rackscale.model.state import ClusterState
-from rackscale.model.topology import GPUCluster, NodeDecl
+from rackscale.model.topology import MILLI_PER_GPU, GPUCluster, NodeDecl
 from rackscale.model.workload import JobSpec
 from rackscale.scheduler import PendingQueue, ResourceScheduler
-from rackscale.scheduler.decisions import Decisions
+from rackscale.scheduler.decisions import Decisions, Preemption, PreemptionCause
+from rackscale.scheduler.framework import NO_SERVICE, AttainedService
+from rackscale.scheduler.las import LasVictims
 
 __all__ = ["KubeScheduler", "KubeSchedulerConfig", "Stats", "cluster_index"]
 
@@ -104,10 +111,37 @@ class KubeScheduler:
             else None
         )
         # The profile without the mechanisms that resize or move running pods (kube.mechanisms).
-        profile, self.disabled = kube_profile(cfg.policy, preemption=cfg.preemption)
+        profile, self.disabled = kube_profile(cfg.policy, preemption=cfg.preemption, las=cfg.las_preemption)
         for m in self.disabled:
             log.info("profile %r: %s is off under Kubernetes: %s (docs/kubernetes.md)", cfg.policy, m, WHY_OFF[m])
         self.sched = ResourceScheduler(profile=profile)
+        # --las-preemption: equal priorities may stop each other (least attained service), the gangs' earlier
+        # service recorded in a ConfigMap (kube.attained); None: no record is read or written.
+        self.las = profile.victims == LasVictims.name
+        self.record: ServiceRecord | None = None
+        if self.las:
+            self.record = ServiceRecord(
+                self.core,
+                name=cfg.record_name or f"{cfg.lease_name or cfg.scheduler_name}-attained-service",
+                namespace=cfg.record_namespace or cfg.lease_namespace,
+                ttl_s=cfg.record_ttl_s,
+                max_entries=cfg.record_max_entries,
+            )
+            log.info(
+                "profile %r: least-attained-service preemption is on (--las-preemption): a waiting gang may stop a "
+                "running gang of the same priority that has had more GPU time; the gangs' earlier service is kept in "
+                "%s (docs/kubernetes.md)",
+                cfg.policy,
+                self.record.where,
+            )
+        elif cfg.las_preemption:
+            log.warning(
+                "--las-preemption changes nothing: profile %r%s has no least-attained-service preemption",
+                cfg.policy,
+                "" if cfg.preemption else " with --no-preemption",
+            )
+        self._causes = carried_out(las=self.las)
+        self._present: set[str] = set()  # the record keys of the gangs the last cycle saw (kube.attained)
         self.binder = GangBinder(self.core)
         self.reporter = Reporter(
             self.core,
@@ -131,6 +165,8 @@ class KubeScheduler:
         self.assumed: dict[str, tuple[str, float]] = {}  # pod key -> (node, when bound): committed gangs only
         self.undo = UndoBook(ttl_s=cfg.assume_ttl_s, clock=clock)  # pods bound by a failed gang attempt
         self.stats = Stats()
+        if self.las:
+            self.stats.victims[PreemptionCause.ATTAINED_SERVICE] = 0  # its series from the start
         # The last cycle's pending gangs, for a metrics scrape: replaced whole (never changed) by the loop
         # thread, so a scrape from another thread reads one cycle's view, without a lock on the caches.
         self.waiting = Waiting()
@@ -194,6 +230,8 @@ class KubeScheduler:
                 was = self.elector.is_leader
                 if self.elector.tick() and not was:
                     self._dirty = True  # a new leader looks at everything
+                    if self.record is not None:
+                        self.record.forget()  # ... reads the attained service another leader recorded
                     self.use = None  # ... and counts GPU-seconds from now (a counter reset, as after a restart)
                     if self.scaler is not None:
                         self.scaler.reset()  # ... and applies the steps in force
@@ -312,6 +350,8 @@ class KubeScheduler:
             victim_job=victim if self.config.preemption else lambda key, pod: None,
             started=core_time(started_wall, wall_now=self.wall(), core_now=self.clock() - self._t0),
             gang_of=gang,
+            # A deleted pod gets SIGTERM and its grace period: taken as saving its work then, unless it has none.
+            saves=(lambda pod: grace_s(pod) > 0) if self.las else (lambda pod: False),
         )
         for job, nominated in owed:
             reserve_nominated(snap.state, job, nominated)
@@ -329,6 +369,8 @@ class KubeScheduler:
                 del self.assumed[key]
         self.undo.expire()
         self.ledger.retry_undo()
+        if self.record is not None and not self.record.loaded:
+            self.record.load()  # at start, as a new leader, after a failed read (the records in memory serve meanwhile)
         visible = (
             (p if k not in self.assumed else with_node(p, self.assumed[k][0]))
             for k, p in self.pods.items()
@@ -349,6 +391,8 @@ class KubeScheduler:
         try:
             return self._place(pending, now, bound)
         finally:
+            if self.record is not None:
+                self.record.flush(now=self.wall(), present=self._present)  # the cycle's stops (never raises)
             # Binds included (API round trips), as kube-scheduler's scheduling_attempt_duration_seconds.
             self.stats.cycle_seconds.observe(time.perf_counter() - began)
             # Published after the cycle's attempts are counted: a scrape sees both of the same cycle.
@@ -374,6 +418,7 @@ class KubeScheduler:
             log.info("%s waits for the pods a preemption deleted for it before (read back from the API)", job)
         waits = self.evictions.held(self.pods, now=now)
         snap = self.snapshot(cluster, owed=self.evictions.owed(waits))
+        attained = self._attained(pending, snap, now)
         self._publish_use(snap, now, waiting=True)
         for job in list(self._first_seen):
             if job not in live:
@@ -395,7 +440,7 @@ class KubeScheduler:
             # The gangs whose victims are gone take the room they made first, on their own: in the cycle with
             # everyone, a job first by fair share or age could take it (a recreated mover of equal priority).
             first = PendingQueue(self._may_preempt(p.jobs[j][1], never=True) for j in ready)
-            d0 = self.sched.schedule(snap.state, first, now - self._t0)
+            d0 = self.sched.schedule(snap.state, first, now - self._t0, attained=attained)
             for placed in d0.placed:
                 g, spec = p.jobs[placed.spec.name]
                 n = self.ledger.bind_gang(cluster, g, spec, placed.placement)
@@ -410,14 +455,15 @@ class KubeScheduler:
                     del p.jobs[j]
             if bound:
                 snap = self.snapshot(cluster, owed=self.evictions.owed(waits))  # with what was just bound
+                attained = self._attained(pending, snap, now)
         if not p.jobs:
             return bound
         queue = PendingQueue((self._may_preempt(s) for _, s in p.jobs.values()), elastic=self.sched.profile.elastic)
         # The PodDisruptionBudgets over the gangs a preemption may stop (their pods matched only if the cycle
         # looks for victims among them: kube.budgets).
         budgets = self.budget_book.budgets(self.pdbs, snap.holders) if self.config.preemption else None
-        d = self.sched.schedule(snap.state, queue, now - self._t0, budgets=budgets)
-        why_not = refusal(d, preemption=self.config.preemption, holders=snap.holders)
+        d = self.sched.schedule(snap.state, queue, now - self._t0, attained=attained, budgets=budgets)
+        why_not = refusal(d, preemption=self.config.preemption, holders=snap.holders, causes=self._causes)
         if why_not is not None:
             # Not bound either: a placement may count on GPUs that the stop or the shrink was to free.
             self.stats.refused_cycles += 1
@@ -459,6 +505,27 @@ class KubeScheduler:
                     self.reporter.unschedulable(g.pending, f"{st.reason.value}: {st.message}")
         return bound
 
+    def _attained(self, pending: Sequence[Gang], snap: Snapshot, now: float) -> Mapping[str, AttainedService]:
+        """The gangs' service in their earlier runs, for the core (with --las-preemption; else none)."""
+        rec = self.record
+        if rec is None:
+            return NO_SERVICE
+        running = {job: rj.started_at for job in snap.holders if (rj := snap.state.running.get(job)) is not None}
+        out, self._present = rec.for_cycle(
+            pending=[g.job for g in pending], running=running, wall_now=self.wall(), core_now=now - self._t0
+        )
+        return out
+
+    def _record_stop(self, s: Preemption, snap: Snapshot) -> None:
+        """Record the service of a gang the cycle stopped (any cause), for its next run and the next leader."""
+        key = record_key(s.victim)
+        rj = snap.state.running.get(s.victim)
+        if self.record is None or key is None or rj is None:
+            return  # (a lone pod: its controller recreates it under another name)
+        starts = [w for v in snap.holders.get(s.victim, ()) if (w := started_wall(v.pod)) is not None]
+        gpus = rj.placement.gpu_milli / MILLI_PER_GPU
+        self.record.record(key, started=min(starts) if starts else None, stopped=self.wall(), gpus=gpus)
+
     def _gpus_of(self, pod: Mapping[str, Any]) -> int:
         try:
             return pod_request(pod, self.config.labels.gpu_resource).gpus
@@ -484,6 +551,7 @@ class KubeScheduler:
             stats=self.stats,
             component=self.config.scheduler_name,
             now=self.clock(),
+            stopped=lambda s: self._record_stop(s, snap),
         )
 
 

@@ -77,6 +77,7 @@ class _Running:
     queue: str
     started: float
     movable: bool  # every pod has a controller (a Job, a StatefulSet...) that recreates it once deleted
+    saves: bool  # every pod saves its work on the stop signal (``saves``: its grace period, --las-preemption)
     per_node: dict[int, list[int]] = field(default_factory=dict)
     pods: list[Victim] = field(default_factory=list)
 
@@ -91,6 +92,7 @@ def build_snapshot(
     victim_job: Callable[[str, Obj], str | None] = lambda key, pod: None,
     started: Callable[[Obj], float] = lambda pod: 0.0,
     gang_of: Callable[[str, Obj], str | None] = lambda key, pod: None,
+    saves: Callable[[Obj], bool] = lambda pod: False,
 ) -> Snapshot:
     """Every live pod that holds a node (``where`` says which: its nodeName, or one we bound or are undoing
     that the watch has not shown yet) holds its requests there, in its namespace's queue. A node that takes no
@@ -100,7 +102,9 @@ def build_snapshot(
     ``victim_job`` names the preemptible running job a pod belongs to (a gang's pods are one job: a preemption
     deletes all of them), or None for a pod that no preemption may delete; such a pod is a job of its own
     that nobody stops. A preemptible job runs at its highest pod priority, in its namespace's queue, since
-    its earliest pod's ``started`` (the core's clock).
+    its earliest pod's ``started`` (the core's clock), and saves its work on the stop signal (the core's
+    ``checkpoint_on_preempt``, which least-attained-service preemption asks of a victim) when every pod
+    ``saves``.
 
     ``gang_of`` names the running gang of rackscale's a pod is a member of (None: none); the GPUs each gang's
     pods hold per node make :attr:`Snapshot.gangs`, whether or not a preemption may stop it."""
@@ -136,9 +140,11 @@ def build_snapshot(
                     queue=str(md.get("namespace", "default")),
                     started=began,
                     movable=True,
+                    saves=True,
                 )
             r.priority, r.started = max(r.priority, priority(pod)), min(r.started, began)
             r.movable = r.movable and has_controller(pod)
+            r.saves = r.saves and saves(pod)
             held = r.per_node.setdefault(n, [0, 0, 0])
             held[0] += req.gpus
             held[1] += req.cpu_milli
@@ -170,6 +176,7 @@ def build_snapshot(
             queue=r.queue,
             preemptible=True,
             movable=r.movable,  # consolidation stops only what its controller brings back
+            checkpoint_on_preempt=r.saves,
         )
         state.allocate(spec, Placement(job, allocs, len(r.pods)), now=r.started, health=False)
         holders[job] = tuple(r.pods)
