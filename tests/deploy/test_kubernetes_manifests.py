@@ -517,6 +517,9 @@ SCHEDULER_CLUSTER_GRANTS = {
     ("policy", "poddisruptionbudgets"): {"list", "watch"},  # preemption prefers victims they allow (kube/budgets.py)
 }
 LEASE_GRANTS = {(None, "create"), ("rackscale", "get"), ("rackscale", "update")}
+# --las-preemption's record of the gangs' attained service, a ConfigMap named after the Lease (kube/attained.py).
+RECORD = "rackscale-attained-service"
+RECORD_GRANTS = {(None, "create"), (RECORD, "get"), (RECORD, "update")}
 
 
 def grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
@@ -535,16 +538,38 @@ def test_scheduler_cluster_role_grants_exactly_what_it_needs() -> None:
     assert grants(role["rules"]) == SCHEDULER_CLUSTER_GRANTS
 
 
-def test_scheduler_lease_role_is_limited_to_its_lease() -> None:
-    role = one("Role", "rackscale-scheduler-leader-election")
-    assert role["metadata"]["namespace"] == "kube-system"
+@pytest.mark.parametrize(
+    ("role_name", "group", "resource", "want"),
+    [
+        pytest.param("rackscale-scheduler-leader-election", "coordination.k8s.io", "leases", LEASE_GRANTS, id="lease"),
+        pytest.param("rackscale-scheduler-attained-service", "", "configmaps", RECORD_GRANTS, id="las-record"),
+    ],
+)
+def test_scheduler_namespaced_roles_are_limited_to_their_object(
+    role_name: str, group: str, resource: str, want: set[tuple[str | None, str]]
+) -> None:
+    role = one("Role", role_name)
+    assert role["metadata"]["namespace"] == "kube-system"  # the lease's namespace, where the record is kept too
     got = set()
     for rule in role["rules"]:
-        assert rule["apiGroups"] == ["coordination.k8s.io"] and rule["resources"] == ["leases"]
+        assert rule["apiGroups"] == [group] and rule["resources"] == [resource]
         for verb in rule["verbs"]:
             for name in rule.get("resourceNames", [None]):
                 got.add((name, verb))
-    assert got == LEASE_GRANTS
+    assert got == want
+
+
+def test_the_record_role_names_the_configmap_the_scheduler_uses() -> None:
+    client = pytest.importorskip("kubernetes.client")
+    from rackscale.kube.scheduler import KubeScheduler, KubeSchedulerConfig
+
+    settings = yaml.safe_load(one("ConfigMap", "rackscale-scheduler-config")["data"]["scheduler.yaml"])
+    lease = settings["leaderElection"]
+    config = KubeSchedulerConfig(
+        las_preemption=True, lease_name=lease["leaseName"], lease_namespace=lease["leaseNamespace"]
+    )
+    record = KubeScheduler(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")), config).record
+    assert record is not None and (record.namespace, record.name) == ("kube-system", RECORD)
 
 
 def test_bindings_bind_the_scheduler_service_account() -> None:
@@ -554,14 +579,15 @@ def test_bindings_bind_the_scheduler_service_account() -> None:
     for kind, role_kind, role_name in (
         ("ClusterRoleBinding", "ClusterRole", "rackscale-scheduler"),
         ("RoleBinding", "Role", "rackscale-scheduler-leader-election"),
+        ("RoleBinding", "Role", "rackscale-scheduler-attained-service"),
     ):
-        binding = one(kind)
+        binding = one(kind, role_name)
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role_name}
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": sa_name, "namespace": sa["metadata"]["namespace"]}
         ]
         if kind == "RoleBinding":
-            assert binding["metadata"]["namespace"] == one(role_kind)["metadata"]["namespace"]
+            assert binding["metadata"]["namespace"] == one(role_kind, role_name)["metadata"]["namespace"]
 
 
 # ------------------------------------------------------------------------------------------- rackscale's pods
