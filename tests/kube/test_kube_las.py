@@ -195,6 +195,23 @@ def test_a_stopped_gang_keeps_its_service_when_recreated_and_under_a_new_leader(
     assert waits, "old told why it waits"
 
 
+def test_a_replica_that_leads_again_reads_the_record_again(fake: FakeAPIServer, start_scheduler: Start) -> None:
+    """A leader that lost the lease (here: it stopped renewing) and wins it back reads the record afresh: another
+    leader may have recorded stops meanwhile."""
+    add_racks(fake, racks=1, nodes=1)
+    s = start_scheduler(LAS)
+    rec = s.record
+    assert rec is not None
+    wait_for(lambda: s.is_leader and rec.loaded, what="leading, the record read")
+    assert rec.entries == {}
+    s.renewing = False
+    wait_for(lambda: not s.is_leader, what="the lease lost")
+    svc = AttainedService(3600.0, 450.0, 0.0, time.time() - 60, 1)
+    seed(fake, {"default/theirs": Entry(service=svc, seen=time.time() - 60)})  # another leader's stop
+    s.renewing = True
+    wait_for(lambda: s.is_leader and "default/theirs" in rec.entries, what="leading again, the record re-read")
+
+
 GOOD = {"gpuS": 3600.0, "runS": 450.0, "waitedS": 0.0, "stoppedAt": 1.7e9, "runs": 1, "seen": 1.7e9}
 
 
