@@ -115,12 +115,18 @@ def test_a_waiting_gang_stops_an_equal_gang_that_had_much_more_gpu_time(
     assert s.stats.victims[PreemptionCause.ATTAINED_SERVICE] == 1 and s.stats.victims[PreemptionCause.PRIORITY] == 0
     got = _samples(s)
     assert got[("rackscale_preemption_victims_total", frozenset({("cause", "attained-service")}))] == 1
-    # While old terminates nothing else is stopped or bound; once its kubelet is done, new runs in its room.
+    # While old terminates nothing else is stopped or bound; a new leader reads the stop in flight back from the
+    # pods (old's DisruptionTarget, new's nominated nodes), as it does a priority preemption's.
     _cycles(s, 3)
     assert len(fake.deletes) == 2 and fake.binds == [] and s.stats.preemptions == 1
+    s.stop(release=True)
+    second = start_scheduler(LAS)
+    wait_for(lambda: "group:tenant-b/new" in second.evictions.by_preemptor, what="the stop read back")
+    # Once old's kubelet is done, new runs in its room.
     for k in old:
         fake.delete("pods", k)
     wait_for(lambda: all(bound_to(fake, f"tenant-b/new-{i}") for i in (0, 1)), what="new bound")
+    assert len(fake.deletes) == 2 and second.stats.preemptions == 0
     assert {bound_to(fake, f"tenant-b/new-{i}") for i in (0, 1)} == {"r0-n0", "r0-n1"}
 
 

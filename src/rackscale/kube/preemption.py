@@ -160,9 +160,9 @@ class EvictionBook:
     ) -> list[str]:
         """Record, for each waiting gang this book knows nothing of, the victims a preemption made for it before
         (by another leader, or this one before a restart), as kube-scheduler reads them: pods of lower priority
-        (or equal: consolidation moves those) terminating by preemption (``DisruptionTarget``,
-        ``PreemptionByScheduler``) on the nodes its pods are nominated to. Without this, a new leader's first
-        cycle would preempt again for the same room. Returns the gangs adopted."""
+        (or equal: consolidation moves those, least attained service stops them) terminating by preemption
+        (``DisruptionTarget``, ``PreemptionByScheduler``) on the nodes its pods are nominated to. Without this, a
+        new leader's first cycle would preempt again for the same room. Returns the gangs adopted."""
         waiting = [g for g in pending if g.job not in self.by_preemptor]
         nominated = {g.job: {n for p in g.pending if (n := nominated_node(p))} for g in waiting}
         if not any(nominated.values()):
@@ -178,7 +178,7 @@ class EvictionBook:
                 Victim(key=key, uid=str((p.get("metadata") or {}).get("uid") or ""), node=n, pod=p)
                 for n in sorted(nominated[g.job])
                 for key, p in by_node.get(n, ())
-                if priority(p) <= g.priority  # (<: a preemption's; =: a move's, consolidation's)
+                if priority(p) <= g.priority  # (<: a preemption's; =: a move's, or LAS')
             ]
             if victims:
                 owed = [(n, gpus_of(p)) for p in g.pending if (n := nominated_node(p))]
