@@ -106,7 +106,8 @@ class KubeCollector(Collector):
         victims = CounterMetricFamily(
             "rackscale_preemption_victims",
             "Running gangs stopped to make room for others, by cause: priority (a waiting gang of higher "
-            "priority), consolidation (moved to free a rack whole for a waiting gang).",
+            "priority), consolidation (moved to free a rack whole for a waiting gang), attained-service (with "
+            "--las-preemption: a waiting gang of the same priority that has had less GPU time).",
             labels=["cause"],
         )
         for cause, n in st.victims.items():
