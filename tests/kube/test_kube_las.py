@@ -35,12 +35,31 @@ def _stamp(ago_s: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - ago_s))
 
 
-def _running(fake: FakeAPIServer, group: str, *, ago_s: float, nodes: list[str], namespace: str = "default") -> None:
+def _owned(kind: str, name: str) -> list[Obj]:
+    return [{"apiVersion": "batch/v1" if kind == "Job" else "apps/v1", "kind": kind, "name": name, "controller": True}]
+
+
+def _running(
+    fake: FakeAPIServer,
+    group: str,
+    *,
+    ago_s: float,
+    nodes: list[str],
+    namespace: str = "default",
+    owner: str | None = "Job",
+    grouped: bool = True,
+) -> None:
     """A gang of rackscale's, one 8-GPU pod per node, bound and started ``ago_s`` seconds ago (its kubelet's
-    ``status.startTime``)."""
+    ``status.startTime``), its pods owned by a controller of kind ``owner`` (None: bare pods); ``grouped=False``:
+    lone pods (no pod group)."""
     for i, n in enumerate(nodes):
-        p = pod(f"{group}-{i}", group=group, min_member=len(nodes), node_name=n, namespace=namespace)
+        if grouped:
+            p = pod(f"{group}-{i}", group=group, min_member=len(nodes), node_name=n, namespace=namespace)
+        else:
+            p = pod(f"{group}-{i}", node_name=n, namespace=namespace)
         p["status"] = {"phase": "Running", "startTime": _stamp(ago_s)}
+        if owner is not None:
+            p["metadata"]["ownerReferences"] = _owned(owner, group)
         fake.put("pods", p)
 
 
@@ -166,6 +185,43 @@ def test_the_minimum_run_and_the_save_protect_a_gang_that_had_more(
         wait_for(lambda: len(fake.deletes) == 2, what="old stopped")
         wait_for(lambda: stored(fake)["default/old"].service.runs == runs + 1, what="the stop recorded")
         assert stored(fake)["default/old"].service.gpu_s >= 20 * 3600 + ago_s * 16
+        return
+    wait_for(lambda: events_for(fake, "new-0", "FailedScheduling"), what="new told why it waits")
+    _cycles(s, 3)
+    assert fake.deletes == [] and s.stats.preemptions == 0 and s.stats.cycle_errors == 0
+
+
+@pytest.mark.parametrize(
+    ("owner", "grouped", "stopped"),
+    [
+        pytest.param("Job", True, True, id="a-job-comes-back-to-finish-and-is-stopped"),
+        pytest.param("JobSet", True, True, id="a-jobset-too"),
+        pytest.param("StatefulSet", True, False, id="a-statefulset-serves-and-is-kept"),
+        pytest.param("LeaderWorkerSet", True, False, id="a-leaderworkerset-serves-and-is-kept"),
+        pytest.param(None, True, False, id="bare-pods-would-be-gone-for-good-and-are-kept"),
+        pytest.param("ReplicaSet", False, False, id="a-deployments-lone-replicas-are-kept"),
+    ],
+)
+def test_only_work_that_comes_back_to_finish_is_stopped_for_an_equal(
+    fake: FakeAPIServer, start_scheduler: Start, owner: str | None, grouped: bool, stopped: bool
+) -> None:
+    """
+    rack clique-0: r0-n0 [old-0 ........] r0-n1 [old-1 ........]   "old", priority 0, ran 2 h (32 GPU-h)
+
+    "new" (2 x 8 GPUs, priority 0, no service) fits only in old's room. Least attained service stops work that its
+    controller brings back to finish later (a Job's pods). A service's replicas run until deleted, so their service
+    grows for ever and they would always be the first victims; bare pods deleted are gone for good: those are kept,
+    and new waits.
+    """
+    fake.graceful_deletes = True
+    add_racks(fake, racks=1, nodes=2)
+    _running(fake, "old", ago_s=7200, nodes=["r0-n0", "r0-n1"], owner=owner, grouped=grouped)
+    s = start_scheduler(LAS)
+    wait_for(lambda: all(s.synced.values()), what="synced")
+    _waiting(fake, "new", namespace="tenant-b")
+    if stopped:
+        wait_for(lambda: len(fake.deletes) == 2, what="old stopped")
+        assert s.stats.victims[PreemptionCause.ATTAINED_SERVICE] == 1
         return
     wait_for(lambda: events_for(fake, "new-0", "FailedScheduling"), what="new told why it waits")
     _cycles(s, 3)

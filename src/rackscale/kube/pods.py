@@ -68,6 +68,26 @@ def has_controller(pod: Obj) -> bool:
     return isinstance(owners, list) and any(isinstance(o, Mapping) and o.get("controller") is True for o in owners)
 
 
+# Controllers whose pods run until they are deleted (services, not work that ends): least attained service is for
+# work that runs to completion and comes back after a stop, never for a long-running replica (its "service" grows
+# for ever, so it would always be the first victim).
+SERVING_CONTROLLERS = frozenset({"ReplicaSet", "ReplicationController", "StatefulSet", "LeaderWorkerSet", "DaemonSet"})
+
+
+def comes_back_to_finish(pod: Obj) -> bool:
+    """A member of a pod group whose controller recreates it after a delete and whose work ends (a Job, a JobSet,
+    a training operator's job): what ``--las-preemption`` may stop for a gang of the same priority. Not a lone pod
+    (its controller recreates it under another name, so its service cannot be kept), a bare pod (deleted, it is
+    gone for good), nor the pod of a serving controller (:data:`SERVING_CONTROLLERS`)."""
+    if POD_GROUP not in pod_annotations(pod):
+        return False
+    owners = (pod.get("metadata") or {}).get("ownerReferences")
+    if not isinstance(owners, list):
+        return False
+    kinds = [o.get("kind") for o in owners if isinstance(o, Mapping) and o.get("controller") is True]
+    return bool(kinds) and not any(k in SERVING_CONTROLLERS for k in kinds)
+
+
 def node_name(pod: Obj) -> str | None:
     n = (pod.get("spec") or {}).get("nodeName")
     return str(n) if n else None

@@ -38,7 +38,7 @@ from rackscale.kube.ledger import Ledger
 from rackscale.kube.mechanisms import WHY_OFF, carried_out, kube_profile, refusal
 from rackscale.kube.observed import AttemptResult, GpuUse, Waiting, gpu_use, waiting
 from rackscale.kube.planning import Plan, plan
-from rackscale.kube.pods import Gang, gangs, node_name, pod_key, pod_request
+from rackscale.kube.pods import Gang, comes_back_to_finish, gangs, node_name, pod_key, pod_request
 from rackscale.kube.preemption import (
     EvictionBook,
     Evictor,
@@ -350,8 +350,10 @@ class KubeScheduler:
             victim_job=victim if self.config.preemption else lambda key, pod: None,
             started=core_time(started_wall, wall_now=self.wall(), core_now=self.clock() - self._t0),
             gang_of=gang,
-            # A deleted pod gets SIGTERM and its grace period: taken as saving its work then, unless it has none.
-            saves=(lambda pod: grace_s(pod) > 0) if self.las else (lambda pod: False),
+            # A deleted pod gets SIGTERM and its grace period: taken as saving its work then, unless it has none, or
+            # unless its work does not come back to finish (a service's replica, a bare pod: comes_back_to_finish),
+            # which least attained service, reading "saves nothing", then never stops for an equal.
+            saves=(lambda pod: grace_s(pod) > 0 and comes_back_to_finish(pod)) if self.las else (lambda pod: False),
         )
         for job, nominated in owed:
             reserve_nominated(snap.state, job, nominated)
