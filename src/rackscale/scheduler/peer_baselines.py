@@ -1,21 +1,23 @@
-"""Registers the peer schedulers' placers and profiles: ``kueue-tas`` and ``slurm-block``.
+"""Registers the peer schedulers' placers and profiles: ``kueue-tas``, ``slurm-block`` and ``kai``.
 
 They live here, not at the bottom of their modules, because a placement module that imported the
 framework (for ``PLACERS`` and ``Profile``) would close an import cycle ``placement -> framework ->
 placement.request``, which the ``acyclic_siblings`` import contract forbids.
 
-Both ignore the split advisor (as ``slurm-tree`` does: their originals have no such wait), so the
+All ignore the split advisor (as ``slurm-tree`` does: their originals have no such wait), so the
 profiles split eagerly and spare the advisor's pricing of every gang.
 """
 
 from __future__ import annotations
 
 from rackscale.scheduler.framework import PLACERS, PROFILES, Profile
+from rackscale.scheduler.placement.kai import Kai
 from rackscale.scheduler.placement.kueue_tas import KueueTAS
 from rackscale.scheduler.placement.slurm_block import SlurmBlock
 
 PLACERS[KueueTAS.name] = lambda seed: KueueTAS()
 PLACERS[SlurmBlock.name] = lambda seed: SlurmBlock()
+PLACERS[Kai.name] = lambda seed: Kai()
 
 PROFILES["kueue-tas"] = Profile(
     name="kueue-tas",
@@ -28,4 +30,10 @@ PROFILES["slurm-block"] = Profile(
     placer=SlurmBlock.name,
     split_policy="eager",
     summary="Slurm's topology/block: best-fit rack per segment, else the smallest aggregated block of racks",
+)
+PROFILES["kai"] = Profile(
+    name="kai",
+    placer=Kai.name,
+    split_policy="eager",  # a preferred level falls back to the next one up at once (no wait)
+    summary="NVIDIA KAI-Scheduler: the fullest domain that holds the gang, lowest level first; binpack nodes",
 )
