@@ -20,11 +20,12 @@ from test_properties import World, run_world, worlds
 
 from rackscale.model import ClusterState, JobSpec, NodeAlloc, Placement, Resources, batch, training
 from rackscale.scheduler import Code, ResourceScheduler
+from rackscale.scheduler.placement.kai import Kai
 from rackscale.scheduler.placement.kueue_tas import KueueTAS
 from rackscale.scheduler.placement.request import GroupRequest
 from rackscale.scheduler.placement.slurm_block import BlockLayout, SegmentPolicy, SlurmBlock
 
-Placer = KueueTAS | SlurmBlock
+Placer = KueueTAS | SlurmBlock | Kai
 Want = dict[NodeRef, int] | None
 
 
@@ -198,7 +199,7 @@ def test_profiles_place_through_the_scheduler(profile: str, want: dict[NodeRef, 
 
 
 # ---------------------------------------------------------------------------------------------- properties
-PEERS = ["kueue-tas", "slurm-block"]
+PEERS = ["kueue-tas", "slurm-block", "kai"]
 SETTINGS = settings(
     max_examples=120,
     deadline=None,
@@ -246,10 +247,10 @@ def asks(draw: st.DrawFn) -> tuple[GroupRequest, JobSpec]:
     return req, spec
 
 
-VARIANTS = [KueueTAS(), KueueTAS(profile_mixed=False), SlurmBlock(), SlurmBlock(segment=SegmentPolicy.OFF)]
+VARIANTS = [KueueTAS(), KueueTAS(profile_mixed=False), SlurmBlock(), SlurmBlock(segment=SegmentPolicy.OFF), Kai()]
 
 
-@pytest.mark.parametrize("placer", VARIANTS, ids=["kueue", "kueue-bestfit", "slurm", "slurm-nosegment"])
+@pytest.mark.parametrize("placer", VARIANTS, ids=["kueue", "kueue-bestfit", "slurm", "slurm-nosegment", "kai"])
 @SETTINGS
 @given(world=worlds(), steps=st.lists(asks(), min_size=1, max_size=8))
 def test_placements_never_double_allocate(
