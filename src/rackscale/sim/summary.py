@@ -97,6 +97,8 @@ POLICY_NOTES = {
     "best fit; batch tasks fill the fullest nodes (LeastFreeCapacity)",
     "slurm-block": "Slurm's topology/block: each segment in the best-fit rack (block), a gang of whole racks "
     "one segment per rack, others in the smallest aggregated block of racks",
+    "kai": "NVIDIA KAI-Scheduler: the lowest level (rack, else region) that holds the gang, the tightest region "
+    "then its tightest rack; pods binpacked (the fullest node first), the roomiest rack first when it spills",
 }
 SAME_REST = (
     "the placement baselines share one queue order (priority, fair share, submit time), EASY backfill and "
