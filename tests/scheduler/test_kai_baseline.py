@@ -48,11 +48,11 @@ def test_annotations(req: GroupRequest, want: Constraint | None, levels: list[Le
 @pytest.mark.parametrize(
     ("position", "count", "want"),
     [(0, 1, 10), (0, 3, 3), (1, 3, 6), (2, 3, 10), (0, 4, 2), (1, 4, 5), (2, 4, 7), (3, 4, 10), (0, 2, 5),
-     (17, 20, 9), (18, 20, 9), (19, 20, 10)],
+     (7, 20, 4), (8, 20, 4), (9, 20, 5), (17, 20, 9), (18, 20, 9), (19, 20, 10)],
 )  # fmt: skip
 def test_topology_scores(position: int, count: int, want: int) -> None:
     """``calculateNodeScores``: KAI's own expectations (node_scoring_test.go: one rack 10; three racks
-    3, 6, 10; four 2, 5, 7, 10; two zones 5, 10), and ten steps only: of 20 racks the 18th and 19th tie."""
+    3, 6, 10; four 2, 5, 7, 10; two zones 5, 10), and ten steps only: of 20 racks, two share most steps."""
     assert topology_score(position, count) == want
 
 
@@ -94,6 +94,9 @@ CASES: list[tuple[str, GroupRequest, Want]] = [
     # than n02 and takes one pod, then n02.
     ("two-GPU pods: a domain's capacity counts pods", request(2, gpus=2, prefer_one_rack=True),
      {(1, 1): 2, (1, 2): 2}),
+    # Four-GPU pods: rack 1 has the 8 GPUs two need, but only n02 takes one; so does no rack of region-0.
+    ("four-GPU pods: free GPUs enough, room for one pod only: the next rack", request(2, gpus=4, prefer_one_rack=True),
+     {(3, 0): 4, (3, 1): 4}),
 ]  # fmt: skip
 
 
@@ -156,22 +159,43 @@ def test_the_readme_example() -> None:
 
 
 # ------------------------------------------------------------------------------- ten score steps
-TWENTY_RACKS = "\n".join(
-    ["region-0"]
-    + [f"├── r{r:03d}: n00 [xxxx] n01 [xxxx]" for r in range(17)]
-    + ["├── r017: n00 [xx..] n01 [....]", "├── r018: n00 [x...] n01 [....]", "└── r019: n00 [....] n01 [....]"]
-)  # r000-r016 full; r017 6 free, r018 7, r019 8
+TWENTY_RACKS = """
+    region-0
+    ├── g0-r000: n00 [xxxx] n01 [xxxx]
+    ├── g0-r001: n00 [xxxx] n01 [xxxx]
+    ├── g0-r002: n00 [xxxx] n01 [xxxx]
+    ├── g0-r003: n00 [xxxx] n01 [xxxx]
+    ├── g0-r004: n00 [xxxx] n01 [xxxx]
+    ├── g0-r005: n00 [xxxx] n01 [xxxx]
+    ├── g0-r006: n00 [xxxx] n01 [xxxx]
+    ├── g0-r007: n00 [xx..] n01 [....]
+    ├── g0-r008: n00 [x...] n01 [....]
+    └── g0-r009: n00 [....] n01 [....]
+    region-1
+    ├── g1-r000: n00 [....] n01 [....]
+    ├── g1-r001: n00 [....] n01 [....]
+    ├── g1-r002: n00 [....] n01 [....]
+    ├── g1-r003: n00 [xxxx] n01 [xxxx]
+    ├── g1-r004: n00 [xxxx] n01 [xxxx]
+    ├── g1-r005: n00 [xxxx] n01 [xxxx]
+    ├── g1-r006: n00 [xxxx] n01 [xxxx]
+    ├── g1-r007: n00 [xxxx] n01 [xxxx]
+    ├── g1-r008: n00 [xxxx] n01 [xxxx]
+    └── g1-r009: n00 [xxxx] n01 [xxxx]
+"""  # region-0: 7 full racks, then 6, 7 and 8 free (21); region-1: 3 empty racks (24), 7 full
 
 
-def test_racks_of_one_score_step_are_binpacked_together() -> None:
-    """12 GPUs, one rack preferred: no rack holds them, the region does. Of its 20 racks in sorted order
-    r019 scores 10, r018 and r017 both 9 (positions 19, 18, 17 of 20): r019 is filled, then the fullest
-    nodes of r017 and r018 together (r017 n00 with 2 free, r018 n00 with 3), not r018 first."""
-    held = {(r, n): 4 for r in range(17) for n in range(2)} | {(17, 0): 2, (18, 0): 1}
-    state = ClusterBuilder().racks(20).nodes_per_rack(2).gpus_per_node(4).with_running("x", on=held).build()
-    assert render(state) == TWENTY_RACKS
+def test_scores_span_the_common_domain_in_ten_steps() -> None:
+    """12 GPUs, one rack preferred: no rack holds them; region-0 (21 free) is tighter than region-1 (24)
+    and holds them. Node scores rank the racks of the common domain, the root: all 20 racks, region-0's
+    first, its full ones first. g0-r009 (position 9 of 20) scores 5, g0-r008 and g0-r007 (8 and 7) both 4.
+    So g0-r009 is filled, then the fullest nodes of r007 and r008 together (r007 n00 with 2 free, r008 n00
+    with 3). Scores over region-0's 10 racks alone (10, 9, 8), or one step per rack, would fill r008 first."""
+    held = {(r, n): 4 for r in [*range(7), *range(13, 20)] for n in range(2)} | {(7, 0): 2, (8, 0): 1}
+    state = ClusterBuilder().regions(2).racks(10).nodes_per_rack(2).gpus_per_node(4).with_running("x", on=held).build()
+    assert render(state) == diagram(TWENTY_RACKS)
     got = Kai().place(state, request(12, prefer_one_rack=True))
-    assert by_node(state, got) == {(19, 0): 4, (19, 1): 4, (17, 0): 2, (18, 0): 2}
+    assert by_node(state, got) == {(9, 0): 4, (9, 1): 4, (7, 0): 2, (8, 0): 2}
 
 
 # ------------------------------------------------------------------------------- shared GPUs, models, ties
