@@ -240,7 +240,7 @@ def test_the_move_pays_once_the_mover_has_saved_recently() -> None:
     assert racks_of(state, placed(d, "llm").placement) == [1]
 
 
-BASELINES = ["first-fit", "best-fit", "random", "slurm-tree", "tiresias", "kueue-tas", "slurm-block", "kai"]
+BASELINES = ["first-fit", "best-fit", "random", "slurm-tree", "tiresias", "kueue-tas", "slurm-block", "kai", "volcano"]
 
 
 def test_only_the_consolidate_profile_consolidates() -> None:

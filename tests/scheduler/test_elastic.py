@@ -233,7 +233,7 @@ def test_grow_leaves_a_reservations_racks_alone_when_its_holder_starts_soon() ->
 
 def test_profiles_list_the_elastic_switch() -> None:
     assert PROFILES["rackscale"].elastic
-    baselines = ("first-fit", "best-fit", "slurm-tree", "tiresias", "kueue-tas", "slurm-block", "kai")
+    baselines = ("first-fit", "best-fit", "slurm-tree", "tiresias", "kueue-tas", "slurm-block", "kai", "volcano")
     assert not any(PROFILES[name].elastic for name in baselines)  # the peers run every gang at its size
     assert isinstance(FIXED, Profile)
 

@@ -24,8 +24,9 @@ from rackscale.scheduler.placement.kai import Kai
 from rackscale.scheduler.placement.kueue_tas import KueueTAS
 from rackscale.scheduler.placement.request import GroupRequest
 from rackscale.scheduler.placement.slurm_block import BlockLayout, SegmentPolicy, SlurmBlock
+from rackscale.scheduler.placement.volcano import Volcano
 
-Placer = KueueTAS | SlurmBlock | Kai
+Placer = KueueTAS | SlurmBlock | Kai | Volcano
 Want = dict[NodeRef, int] | None
 
 
@@ -199,7 +200,7 @@ def test_profiles_place_through_the_scheduler(profile: str, want: dict[NodeRef, 
 
 
 # ---------------------------------------------------------------------------------------------- properties
-PEERS = ["kueue-tas", "slurm-block", "kai"]
+PEERS = ["kueue-tas", "slurm-block", "kai", "volcano"]
 SETTINGS = settings(
     max_examples=120,
     deadline=None,
@@ -247,10 +248,19 @@ def asks(draw: st.DrawFn) -> tuple[GroupRequest, JobSpec]:
     return req, spec
 
 
-VARIANTS = [KueueTAS(), KueueTAS(profile_mixed=False), SlurmBlock(), SlurmBlock(segment=SegmentPolicy.OFF), Kai()]
+VARIANTS = [
+    KueueTAS(),
+    KueueTAS(profile_mixed=False),
+    SlurmBlock(),
+    SlurmBlock(segment=SegmentPolicy.OFF),
+    Kai(),
+    Volcano(),
+]
 
 
-@pytest.mark.parametrize("placer", VARIANTS, ids=["kueue", "kueue-bestfit", "slurm", "slurm-nosegment", "kai"])
+@pytest.mark.parametrize(
+    "placer", VARIANTS, ids=["kueue", "kueue-bestfit", "slurm", "slurm-nosegment", "kai", "volcano"]
+)
 @SETTINGS
 @given(world=worlds(), steps=st.lists(asks(), min_size=1, max_size=8))
 def test_placements_never_double_allocate(

@@ -108,7 +108,7 @@ def profile_of(policy: str) -> Any:
 
 
 # The baselines the goals scenarios compare against: every one registered (the peers' profiles included).
-GOAL_BASELINES = ("first-fit", "best-fit", "slurm-tree", "slurm-block", "kueue-tas", "kai", "tiresias")
+GOAL_BASELINES = ("first-fit", "best-fit", "slurm-tree", "slurm-block", "kueue-tas", "kai", "volcano", "tiresias")
 
 
 def goal_policies() -> list[str]:

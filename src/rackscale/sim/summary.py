@@ -99,6 +99,8 @@ POLICY_NOTES = {
     "one segment per rack, others in the smallest aggregated block of racks",
     "kai": "NVIDIA KAI-Scheduler: the lowest level (rack, else region) that holds the gang, the tightest region "
     "then its tightest rack; pods binpacked (the fullest node first), the roomiest rack first when it spills",
+    "volcano": "Volcano's network-topology-aware scheduling: the lowest HyperNode tier (rack, region) that "
+    "holds the gang, the fullest of that tier; no topology: the fullest rack, random nodes",
 }
 SAME_REST = (
     "the placement baselines share one queue order (priority, fair share, submit time), EASY backfill and "
