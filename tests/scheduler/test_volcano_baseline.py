@@ -136,26 +136,37 @@ UNEVEN = """
     ├── small: n00 [xx..] n01 [xx..]
     └── large: n00 [xxxx] n01 [xxxx] n02 [xxx.] n03 [....]
 """  # for 2 GPUs: small, 4 free of 8, (4 + 2) / 8 = 0.75; large, 5 free of 16, (11 + 2) / 16 = 0.81
+UNEVEN_SMALL_FULLER = """
+    region-0
+    ├── small: n00 [xxx.] n01 [xx..]
+    └── large: n00 [xxxx] n01 [xxxx] n02 [xxx.] n03 [....]
+"""  # for 2 GPUs: small, 3 free of 8, (5 + 2) / 8 = 0.88; large, 5 free of 16, (11 + 2) / 16 = 0.81
 
 
-def uneven_racks() -> ClusterState:
-    """Two racks of different sizes: the binpack score is a share of the rack, not a count of GPUs."""
+def uneven_racks(small: tuple[int, int], drawn: str) -> ClusterState:
+    """A rack of 2 nodes and one of 4: the binpack score is a share of the rack, not a count of GPUs."""
     decls = [NodeDecl(f"small-n{i:02d}", "small", "region-0", 4, "GB200", 144_000, 1 << 20) for i in range(2)]
     decls += [NodeDecl(f"large-n{i:02d}", "large", "region-0", 4, "GB200", 144_000, 1 << 20) for i in range(4)]
     state = ClusterState(GPUCluster.from_nodes(decls, name="uneven"))
-    held = {"small-n00": 2, "small-n01": 2, "large-n00": 4, "large-n01": 4, "large-n02": 3}
+    held = {"small-n00": small[0], "small-n01": small[1], "large-n00": 4, "large-n01": 4, "large-n02": 3}
     index = {node.name: node.index for node in state.cluster.nodes}
     allocs = tuple(NodeAlloc(index[n], state.whole_free_gpus(index[n], k), 1000, 0, 0) for n, k in held.items())
-    state.allocate(training("x", 15), Placement("x", allocs, 15), now=0.0)
-    assert render(state) == diagram(UNEVEN)
+    state.allocate(training("x", sum(held.values())), Placement("x", allocs, sum(held.values())), now=0.0)
+    assert render(state) == diagram(drawn)
     return state
 
 
-def test_hard_mode_scores_the_share_of_the_rack_not_its_free_gpus() -> None:
-    """Kueue's and Slurm's best fit (fewest free) would take the small rack; Volcano the fuller share."""
-    state = uneven_racks()
-    large = next(r.index for r in state.cluster.racks if r.name == "large")
-    assert {str(got) for got in over_seeds(state, request(2, one_rack=True))} == {str({large: 2})}
+@pytest.mark.parametrize(
+    ("small", "drawn", "want"),
+    [((2, 2), UNEVEN, "large"), ((3, 2), UNEVEN_SMALL_FULLER, "small")],
+    ids=["the fewest free is not the fullest share", "the most used is not the fullest share"],
+)
+def test_hard_mode_scores_the_share_of_the_rack(small: tuple[int, int], drawn: str, want: str) -> None:
+    """Kueue's and Slurm's best fit (fewest free GPUs or units) would take the small rack in the first
+    layout; counting used GPUs would take the large one in the second; Volcano takes the fuller share."""
+    state = uneven_racks(small, drawn)
+    rack = next(r.index for r in state.cluster.racks if r.name == want)
+    assert {str(got) for got in over_seeds(state, request(2, one_rack=True))} == {str({rack: 2})}
 
 
 def test_equal_racks_are_drawn_at_random() -> None:
