@@ -9,7 +9,7 @@ be what changes the answer.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 import pytest
@@ -261,8 +261,9 @@ def _never_binding(state: ClusterState) -> DisruptionBudgets:
     return budgets(allowed, units)
 
 
-@pytest.mark.parametrize("profile", PROFILES)
-@settings(
+# Random worlds as test_properties.py draws them, 60 per test, derandomised (the same examples every run).
+WORLDS = given(world=worlds())
+SETTINGS = settings(
     max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -270,7 +271,28 @@ def _never_binding(state: ClusterState) -> DisruptionBudgets:
     report_multiple_bugs=False,
     phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
 )
-@given(world=worlds())
+
+
+def _advance(
+    state: ClusterState, d: Decisions, pending: dict[str, JobSpec], ending: Collection[int], now: float
+) -> None:
+    """Apply a cycle's decisions, requeue its victims, and end the running jobs at the positions ``ending``
+    (as test_properties.py's worlds do)."""
+    victims = {p.victim: state.running[p.victim].spec for p in d.preemptions}
+    apply_decisions(state, d, now=now)
+    for p in d.placed:
+        if state.running[p.spec.name].placement.units >= p.spec.units:
+            pending.pop(p.spec.name, None)
+    pending.update(victims)
+    for i, name in enumerate(sorted(state.running)):
+        if i in ending:
+            state.release(name)
+            pending.pop(name, None)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@SETTINGS
+@WORLDS
 def test_budgets_that_never_bind_change_no_decision(profile: str, world: World) -> None:
     """Over random clusters and cycles (test_properties.py's worlds): no budgets, budgets for nobody, and
     budgets that allow every stop give the same decisions, field for field, and none is past a budget."""
@@ -293,29 +315,13 @@ def test_budgets_that_never_bind_change_no_decision(profile: str, world: World) 
         d = runs[0]
         check_decisions(state, d, jobs)
         assert all(p.over_budget == 0 for p in d.preemptions)
-        victims = {p.victim: state.running[p.victim].spec for p in d.preemptions}
-        apply_decisions(state, d, now=now)
-        for p in d.placed:
-            if state.running[p.spec.name].placement.units >= p.spec.units:
-                pending.pop(p.spec.name, None)
-        pending.update(victims)
-        for i, name in enumerate(sorted(state.running)):
-            if i in cycle.end:
-                state.release(name)
-                pending.pop(name, None)
+        _advance(state, d, pending, cycle.end, now)
         now += 10.0
 
 
 @pytest.mark.parametrize("profile", ["rackscale", "rackscale-consolidate"])
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    derandomize=True,
-    report_multiple_bugs=False,
-    phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
-)
-@given(world=worlds())
+@SETTINGS
+@WORLDS
 def test_tight_budgets_keep_every_decision_legal_and_count_what_goes_past(profile: str, world: World) -> None:
     """Budgets that allow nothing, for every running job: the decisions stay legal, each victim counts all its
     units past its budget, and consolidation moves no one."""
@@ -338,14 +344,5 @@ def test_tight_budgets_keep_every_decision_legal_and_count_what_goes_past(profil
             if p.cause is PreemptionCause.CONSOLIDATION:
                 raise AssertionError(f"{p.victim} moved past its budget")
             assert p.over_budget == state.running[p.victim].placement.units
-        victims = {p.victim: state.running[p.victim].spec for p in d.preemptions}
-        apply_decisions(state, d, now=now)
-        for p in d.placed:
-            if state.running[p.spec.name].placement.units >= p.spec.units:
-                pending.pop(p.spec.name, None)
-        pending.update(victims)
-        for i, name in enumerate(sorted(state.running)):
-            if i in cycle.end:
-                state.release(name)
-                pending.pop(name, None)
+        _advance(state, d, pending, cycle.end, now)
         now += 10.0

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import pytest
 from builders import ClusterBuilder, diagram, placed, render, run_cycle
-from test_peer_baselines import by_node, request
+from test_peer_baselines import by_node, request, two_regions
 
 from rackscale.model import ClusterState, GPUCluster, NodeAlloc, NodeDecl, Placement, Resources, training
 from rackscale.scheduler.placement.request import GroupRequest
@@ -82,22 +82,7 @@ def test_binpack_score(used: float, request_: float, capacity: float, want: floa
 
 
 # ---------------------------------------------------------------------------------------------- hard, tier 1
-TWO_REGIONS = """
-    region-0
-    ├── g0-r000: n00 [xx..] n01 [xxxx] n02 [xxxx] n03 [xxxx]
-    └── g0-r001: n00 [xxx.] n01 [x...] n02 [....] n03 [xxxx]
-    region-1
-    ├── g1-r000: n00 [xx..] n01 [xx..] n02 [xxx.] n03 [xxxx]
-    └── g1-r001: n00 [....] n01 [....] n02 [....] n03 [....]
-"""  # free GPUs: racks 2, 8, 5, 16; regions 10, 21
-
-
-def two_regions() -> ClusterState:
-    held = {(0, 0): 2, (0, 1): 4, (0, 2): 4, (0, 3): 4, (1, 0): 3, (1, 1): 1, (1, 3): 4}
-    held |= {(2, 0): 2, (2, 1): 2, (2, 2): 3, (2, 3): 4}
-    state = ClusterBuilder().regions(2).racks(2).nodes_per_rack(4).gpus_per_node(4).with_running("x", on=held).build()
-    assert render(state) == diagram(TWO_REGIONS)
-    return state
+# TWO_REGIONS and two_regions(): test_peer_baselines.py's (free GPUs: racks 2, 8, 5, 16; regions 10, 21).
 
 
 HARD_CASES: list[tuple[str, GroupRequest, dict[int, int] | None]] = [
