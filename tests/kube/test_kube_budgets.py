@@ -275,6 +275,16 @@ def test_a_preemption_takes_the_gang_its_budgets_let_go(
     assert told and ("PodDisruptionBudget allowed no more" in told[0]["message"]) is bool(past)
 
 
+def _refused_gauge(s: KubeScheduler) -> float:
+    (got,) = [
+        x.value
+        for f in kube_registry(s).collect()
+        for x in f.samples
+        if x.name == "rackscale_kube_cache_refused" and x.labels == {"kind": PDBS}
+    ]
+    return got
+
+
 def test_without_rbac_for_budgets_it_preempts_as_before_says_so_once_and_reads_them_once_granted(
     fake: FakeAPIServer, start_scheduler: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -288,6 +298,7 @@ def test_without_rbac_for_budgets_it_preempts_as_before_says_so_once_and_reads_t
     with caplog.at_level(logging.INFO, logger="rackscale.kube"):
         s, first, _ = _two_gangs(fake, start_scheduler, config=dataclasses.replace(FAST, unreadable_retry_s=0.1))
         assert s.synced[PDBS] and s.pdbs == {}
+        assert _refused_gauge(s) == 1.0  # synced, yet no budget is honoured: the gauge says so
         for i in range(2):
             fake.put("pods", pod(f"high-{i}", group="high", min_member=2, priority=1000))
         wait_for(lambda: all(bound_to(fake, f"default/high-{i}") for i in range(2)), what="the high gang bound")
@@ -296,6 +307,7 @@ def test_without_rbac_for_budgets_it_preempts_as_before_says_so_once_and_reads_t
         wait_for(lambda: refused.hits >= 3, what="the list asked again")
         refused.times = refused.hits  # the RBAC granted
         wait_for(lambda: len(s.pdbs) == 2, what="the budgets read")
+        assert _refused_gauge(s) == 0.0
     said = [r.getMessage() for r in caplog.records]
     assert len([m for m in said if m.startswith(f"{PDBS}: 403 Forbidden: no RBAC; read as none")]) == 1, said
     assert f"{PDBS}: readable now" in said

@@ -72,6 +72,7 @@ METRIC_NAMES = (
     "rackscale_kube_watch_expired_total",
     "rackscale_kube_watch_bookmarks_total",
     "rackscale_kube_cache_synced",
+    "rackscale_kube_cache_refused",
 )
 
 Family = GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily
@@ -169,6 +170,17 @@ class KubeCollector(Collector):
         for kind, ok in sorted(s.synced.items()):
             synced.add_metric([kind], 1.0 if ok else 0.0)
         yield synced
+        # An optional resource read as none because the API server refuses it: a PodDisruptionBudgets cache that
+        # reads "synced" while no budget is honoured is what an operator needs to see (the log says it once).
+        refused = GaugeMetricFamily(
+            "rackscale_kube_cache_refused",
+            "1 while an optional resource is read as none because the API server refuses it (403: no RBAC, 404).",
+            labels=["kind"],
+        )
+        for kind, w in sorted(s.watchers.items()):
+            if w.optional:
+                refused.add_metric([kind], 1.0 if w.unreadable else 0.0)
+        yield refused
 
     def _pending(self) -> Iterator[GaugeMetricFamily]:
         jobs = GaugeMetricFamily(
