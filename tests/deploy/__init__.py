@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from functools import cache
 
+from rackscale.cli.kube_metrics import METRIC_NAMES as KUBE_METRIC_NAMES
 from rackscale.service.metrics import METRIC_NAMES, Metrics
 
 SUFFIXES = re.compile(r"_(bucket|sum|count)$")
@@ -23,4 +24,5 @@ def metric_of(series: str) -> str:
 
 
 def exported(series: str) -> bool:
-    return metric_of(series) in METRIC_NAMES
+    """Exported by ``rackscale serve`` or by ``rackscale kube-scheduler`` (the same rules read both)."""
+    return metric_of(series) in METRIC_NAMES or metric_of(series) in KUBE_METRIC_NAMES

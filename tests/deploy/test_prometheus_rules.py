@@ -32,6 +32,7 @@ EXPECTED_ALERTS = {
     "RackscaleJobPendingTooLong",
     "RackscaleRunnerErrors",
     "RackscaleSchedulingCycleSlow",
+    "RackscaleKubeBudgetsRefused",
     "RackscaleDown",
 }
 
