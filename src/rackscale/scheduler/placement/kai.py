@@ -46,9 +46,10 @@ from enum import IntEnum
 from rackscale.model.placement import NodeAlloc
 from rackscale.model.topology import MILLI_PER_GPU
 from rackscale.model.view import StateView
-from rackscale.scheduler.placement.request import GroupRequest, racks_descending, take_units, units_fit
+from rackscale.scheduler.placement.request import GroupRequest, fill_in_order, racks_descending, units_fit
 
 Allocs = list[NodeAlloc]
+_NONE: frozenset[int] = frozenset()
 TOPOLOGY_SCORE_STEPS = 10  # calculateNodeScores: (i + 1) / n * 10, floored
 
 
@@ -236,21 +237,6 @@ def node_key(state: StateView, req: GroupRequest, n: int) -> tuple[int, int, int
     return (0 if shared_fit(state, n, unit.gpu_milli) else 1), free_milli(state, n), n
 
 
-def fill(state: StateView, req: GroupRequest, nodes: Iterable[int]) -> Allocs | None:
-    """Pods one at a time to the first node in order that fits: a node keeps its place while it fits (its
-    binpack score only rises), so each node is filled before the next."""
-    out: Allocs = []
-    remaining = req.units
-    for n in nodes:
-        k = min(units_fit(state, n, req.unit), remaining)
-        if k > 0:
-            out.extend(take_units(state, n, req.unit, k))
-            remaining -= k
-            if not remaining:
-                return out
-    return None
-
-
 def domain_nodes(tree: Tree, c: Constraint, level: Level, domain: int) -> list[int]:
     """The chosen domain's nodes in KAI's order: the topology score (only when the domain lies above the
     preferred level: below it every node scores the same), then :func:`node_key`."""
@@ -314,9 +300,13 @@ class Kai:
             return []
         c = constraint(req)
         if c is None:
-            return fill(state, req, binpack_nodes(state, req))
-        tree = Tree.of(state, req)
-        found = find_domain(tree, c.levels())
-        if found is None:
-            return None
-        return fill(state, req, domain_nodes(tree, c, *found))
+            nodes: Iterable[int] = binpack_nodes(state, req)
+        else:
+            tree = Tree.of(state, req)
+            found = find_domain(tree, c.levels())
+            if found is None:
+                return None
+            nodes = domain_nodes(tree, c, *found)
+        # Pods one at a time to the first node in order that fits: a node keeps its place while it fits (its
+        # binpack score only rises), so each node is filled before the next.
+        return fill_in_order(state, nodes, req.units, req.unit, avoid=_NONE)
