@@ -272,19 +272,12 @@ class Volcano:
             near = 0 if where is None else -_lca(where, r, region_of)[0]
             return (near, c.placed.get(r, 0))
 
-        current = -1
-        for _ in range(c.req.units):
-            # The rack just used stays the best while it holds a unit: its LCA and task count lead.
-            if current >= 0 and not c.req.spread and c.counts(current)[0] > 0:
-                r, fresh = current, True
-            else:
-                chosen = self._next_rack(c, racks, key)
-                if chosen is None:
-                    return None
-                r, fresh = chosen
-            current = c.take(c.pick_node(r, fresh))
-            where = _lca(where, current, region_of)
-        return c.allocs()
+        def taken(r: int) -> None:
+            nonlocal where
+            where = _lca(where, r, region_of)
+
+        # The rack just used stays the best while it holds a unit: its LCA and task count lead.
+        return self._tasks(c, racks, key, keep=True, taken=taken)
 
     # ------------------------------------------------------------------ no networkTopology
     def _normal_pods(self, c: _Call) -> Allocs | None:
@@ -299,17 +292,32 @@ class Volcano:
             score = (binpack(used, c.w, cap) + f * binpack(g_used, c.w, g_cap)) / (1 + f)
             return (round(score, _DIGITS),)
 
+        # A task raises its own rack's score most: that rack stays the best while it holds one.
+        return self._tasks(c, c.racks, key, keep=c.w > 0)
+
+    def _tasks(
+        self,
+        c: _Call,
+        racks: list[int],
+        key: Callable[[int], tuple[float, ...]],
+        *,
+        keep: bool,
+        taken: Callable[[int], None] = lambda r: None,
+    ) -> Allocs | None:
+        """The request's units one at a time, each on the best node of ``racks`` (:meth:`_next_rack` by ``key``);
+        ``keep``: the rack just used stays the choice while it holds one more (unless the units spread), which
+        ``key`` would give anyway (a shortcut). ``taken`` is told of each unit's rack."""
         current = -1
         for _ in range(c.req.units):
-            # A task raises its own rack's score most: that rack stays the best while it holds one.
-            if current >= 0 and c.w > 0 and not c.req.spread and c.counts(current)[0] > 0:
+            if keep and current >= 0 and not c.req.spread and c.counts(current)[0] > 0:
                 r, fresh = current, True
             else:
-                chosen = self._next_rack(c, c.racks, key)
+                chosen = self._next_rack(c, racks, key)
                 if chosen is None:
                     return None
                 r, fresh = chosen
             current = c.take(c.pick_node(r, fresh))
+            taken(current)
         return c.allocs()
 
     # ------------------------------------------------------------------ the best node
