@@ -88,6 +88,19 @@ def comes_back_to_finish(pod: Obj) -> bool:
     return bool(kinds) and not any(k in SERVING_CONTROLLERS for k in kinds)
 
 
+def live_member(pod: Obj, *, scheduler: str) -> tuple[str, str | None] | None:
+    """(namespace, pod group or None for a lone pod) of a pod ``scheduler`` placed that is not being deleted;
+    None for another scheduler's pod or one being deleted. What a running gang is made of, for preemption's
+    victims (:func:`rackscale.kube.preemption.victim_job`) and the traffic model's gangs
+    (:func:`rackscale.kube.traffic.running_gang`)."""
+    if scheduler_name(pod) != scheduler:
+        return None
+    md = pod.get("metadata") or {}
+    if md.get("deletionTimestamp"):
+        return None
+    return str(md.get("namespace", "default")), pod_annotations(pod).get(POD_GROUP)
+
+
 def node_name(pod: Obj) -> str | None:
     n = (pod.get("spec") or {}).get("nodeName")
     return str(n) if n else None

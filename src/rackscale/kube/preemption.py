@@ -49,7 +49,14 @@ from kubernetes import client
 
 from rackscale.kube.binding import assignments, delete_pod
 from rackscale.kube.config import Stats
-from rackscale.kube.pods import POD_GROUP, Gang, is_terminated, node_name, pod_annotations, priority, scheduler_name
+from rackscale.kube.pods import (
+    Gang,
+    is_terminated,
+    live_member,
+    node_name,
+    pod_annotations,
+    priority,
+)
 from rackscale.kube.report import Reporter
 from rackscale.kube.snapshot import Victim
 from rackscale.model.topology import GPUCluster
@@ -66,16 +73,14 @@ MIRROR = "kubernetes.io/config.mirror"  # the annotation of a static pod's mirro
 def victim_job(pod: Obj, *, scheduler: str) -> str | None:
     """The running job a bound pod is stopped with (its gang, or itself), or None when no preemption may
     delete it (see the module's docstring)."""
-    if scheduler_name(pod) != scheduler:
+    member = live_member(pod, scheduler=scheduler)
+    if member is None or MIRROR in pod_annotations(pod):
         return None
     md = pod.get("metadata") or {}
-    if md.get("deletionTimestamp") or MIRROR in pod_annotations(pod):
-        return None
     owners = md.get("ownerReferences")
     if isinstance(owners, list) and any(isinstance(o, Mapping) and o.get("kind") == "DaemonSet" for o in owners):
         return None
-    ns = str(md.get("namespace", "default"))
-    group = pod_annotations(pod).get(POD_GROUP)
+    ns, group = member
     return f"running-group:{ns}/{group}" if group else f"running-pod:{ns}/{md.get('name')}"
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from rackscale.host.kpis import KpiAccumulator
 from rackscale.host.progress import Progress
 from rackscale.host.runs import JobRun, RunStatus
-from rackscale.kube.pods import POD_GROUP, pod_annotations, scheduler_name
+from rackscale.kube.pods import live_member
 from rackscale.kube.snapshot import RunningGang
 from rackscale.model.placement import NodeAlloc, Placement
 from rackscale.model.topology import GPUCluster
@@ -40,13 +40,10 @@ def running_gang(pod: Mapping[str, Any], *, scheduler: str) -> str | None:
     """The running gang of rackscale's whose member ``pod`` is (named as :func:`rackscale.kube.pods.gangs`
     names it), or None: another scheduler's pod, a lone pod (a batch job: it moves nothing), or one being
     deleted (its gang is stopping)."""
-    if scheduler_name(pod) != scheduler:
+    member = live_member(pod, scheduler=scheduler)
+    if member is None or member[1] is None:
         return None
-    md = pod.get("metadata") or {}
-    if md.get("deletionTimestamp"):
-        return None
-    group = pod_annotations(pod).get(POD_GROUP)
-    return f"group:{md.get('namespace', 'default')}/{group}" if group else None
+    return f"group:{member[0]}/{member[1]}"
 
 
 @dataclass(frozen=True, slots=True)
