@@ -21,6 +21,7 @@ from tests.kube.test_kube_attained import CM, seed, stored
 from rackscale.cli.kube_metrics import kube_registry
 from rackscale.kube.attained import Entry
 from rackscale.kube.mechanisms import Mechanism
+from rackscale.kube.pods import comes_back_to_finish
 from rackscale.kube.scheduler import KubeScheduler
 from rackscale.scheduler.decisions import PreemptionCause
 from rackscale.scheduler.framework import AttainedService
@@ -226,6 +227,35 @@ def test_only_work_that_comes_back_to_finish_is_stopped_for_an_equal(
     wait_for(lambda: events_for(fake, "new-0", "FailedScheduling"), what="new told why it waits")
     _cycles(s, 3)
     assert fake.deletes == [] and s.stats.preemptions == 0 and s.stats.cycle_errors == 0
+
+
+def _member(owners: object, *, grouped: bool = True) -> Obj:
+    p = pod("m-0", group="g" if grouped else None, node_name="r0-n0")
+    p["metadata"]["ownerReferences"] = owners
+    return p
+
+
+@pytest.mark.parametrize(
+    ("p", "want"),
+    [
+        pytest.param(_member(_owned("Job", "g")), True, id="a-job"),
+        pytest.param(_member(_owned("PyTorchJob", "g")), True, id="a-training-operators-job"),
+        pytest.param(_member(_owned("StatefulSet", "g")), False, id="a-statefulset"),
+        pytest.param(_member(_owned("ReplicaSet", "g")), False, id="a-replicaset"),
+        pytest.param(_member(_owned("Job", "g"), grouped=False), False, id="a-lone-pod"),
+        pytest.param(_member(None), False, id="no-owner"),
+        pytest.param(_member([{"kind": "Job", "name": "g"}]), False, id="an-owner-that-is-no-controller"),
+        pytest.param(_member([{"kind": ["Job"], "controller": True}]), False, id="hostile-a-list-kind"),
+        pytest.param(_member([{"kind": {"a": 1}, "controller": True}]), False, id="hostile-a-map-kind"),
+        pytest.param(_member([{"kind": "Job\x00", "controller": True}]), True, id="hostile-nul-in-kind"),
+        pytest.param(_member("Job"), False, id="hostile-owners-a-string"),
+        pytest.param(_member([None, 7, "x"]), False, id="hostile-owners-not-objects"),
+    ],
+)
+def test_what_comes_back_to_finish(p: Obj, want: bool) -> None:
+    """Only a pod group whose controller recreates it and whose work ends may be stopped for an equal; hostile
+    owner references (which a real API server refuses) decide nothing and raise nothing."""
+    assert comes_back_to_finish(p) is want
 
 
 def test_a_stopped_gang_keeps_its_service_when_recreated_and_under_a_new_leader(

@@ -85,7 +85,8 @@ def comes_back_to_finish(pod: Obj) -> bool:
     if not isinstance(owners, list):
         return False
     kinds = [o.get("kind") for o in owners if isinstance(o, Mapping) and o.get("controller") is True]
-    return bool(kinds) and not any(k in SERVING_CONTROLLERS for k in kinds)
+    # (A kind that is no string, which a real API server refuses, is no controller we know: not stopped.)
+    return bool(kinds) and all(isinstance(k, str) and k not in SERVING_CONTROLLERS for k in kinds)
 
 
 def live_member(pod: Obj, *, scheduler: str) -> tuple[str, str | None] | None:
