@@ -180,6 +180,18 @@ def test_a_gangs_pods_are_counted_against_each_budget_that_selects_them(caplog: 
     assert BudgetBook().budgets({}, holders) is None  # no budgets: the core gets none
 
 
+@pytest.mark.parametrize(
+    "name", [["g-0"], {"a": 1}, None, 7, "g\x00\ud800"], ids=["a-list", "a-map", "none", "a-number", "nul-surrogate"]
+)
+def test_a_pod_whose_name_is_no_string_is_counted_and_raises_nothing(name: object) -> None:
+    """Hostile JSON (a real API server refuses it): a victim pod whose name is no string is counted against the
+    budgets that select it, as a pod no budget lists as disrupted, never a TypeError in the middle of a cycle."""
+    v = _victim("g-0", labels={"app": "a"})
+    v.pod["metadata"]["name"] = name
+    got = BudgetBook().budgets({"default/p": pdb("p", APP_A, 1, disruptedPods={"g-0": "x"})}, {"g": (v,)})
+    assert got is not None and dict(got.units["g"]) == {"default/p": 1}
+
+
 # ---------------------------------------------------------------------- through the fake API server
 
 

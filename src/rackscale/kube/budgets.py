@@ -197,6 +197,7 @@ class _GangPods(Mapping[str, Mapping[str, int]]):
             if not budgets:
                 continue
             labels, name = pod_labels(v.pod), md.get("name")
+            name = name if isinstance(name, str) else None  # (hostile: a list is no name, nor any disrupted pod's)
             for b in budgets:
                 if name not in b.disrupted and matches(b.selector, labels):
                     out[b.key] = out.get(b.key, 0) + 1
